@@ -1,0 +1,91 @@
+"""``attempt_trace``: can this model be traced, and into how many subgraphs?"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterable, TextIO
+
+from torch import nn
+
+from .models import build_model, load_config, resolve_model_class
+from .partition import Subgraph, trace_subgraphs
+from .samples import sample_input
+from .trace import DEFAULT_IGNORE, TracingError
+
+
+def default_targets(model: nn.Module) -> list[str]:
+    """Decoder-layer classes from ``_no_split_modules`` (vision blocks are left out)."""
+    names = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    present = {type(module).__name__ for module in model.modules()}
+    names &= present
+    decoder = sorted(name for name in names if "DecoderLayer" in name)
+    chosen = decoder or sorted(names)
+    if not chosen:
+        raise ValueError(
+            f"cannot guess sequential targets for {type(model).__name__} (no _no_split_modules); pass them explicitly"
+        )
+    return chosen
+
+
+def format_partition(subgraphs: list[Subgraph]) -> str:
+    """A table: index, targets inside, number of inputs and outputs."""
+    rows = [("subgraph", "targets", "inputs", "outputs")]
+    for subgraph in subgraphs:
+        targets = ", ".join(subgraph.targets) if subgraph.targets else "-"
+        if len(targets) > 60:
+            targets = targets[:57] + "..."
+        rows.append((str(subgraph.index), targets, str(len(subgraph.input_names)), str(len(subgraph.output_names))))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = [
+        "  ".join(cell.ljust(width) if column == 1 else cell.rjust(width) for column, (cell, width) in
+                  enumerate(zip(row, widths)))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def attempt_trace(
+    model_id: str,
+    model_class: str | type,
+    multimodal_data: bool = False,
+    sequential_targets: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | None = None,
+    targets_per_subgraph: int = 1,
+    out: TextIO | None = None,
+) -> list[Subgraph] | None:
+    """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
+
+    ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
+    (``Meta-Llama-3-8B``) or a hub id (where the network allows). Prints
+    ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
+    its source location; returns the subgraphs, or None on failure.
+
+    >>> subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM")  # doctest: +ELLIPSIS
+    Tracing LlamaForCausalLM (Meta-Llama-3-8B) on the meta device, targets: LlamaDecoderLayer
+    ...
+    Successfully traced model into 33 subgraphs!
+    """
+    out = out or sys.stdout
+    cls = resolve_model_class(model_class)
+    config = load_config(model_id)
+    model = build_model(cls, config, device="meta")
+    targets = list([sequential_targets] if isinstance(sequential_targets, str) else sequential_targets or
+                   default_targets(model))
+    ignore = list(DEFAULT_IGNORE if ignore is None else ignore)
+    sample = sample_input(config, multimodal=multimodal_data, device="meta")
+    print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
+    start = time.perf_counter()
+    try:
+        subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph)
+    except TracingError as exc:
+        print(f"Failed to trace {cls.__name__}:\n{exc}", file=out)
+        return None
+    elapsed = time.perf_counter() - start
+    print(format_partition(subgraphs), file=out)
+    print(f"(traced in {elapsed:.2f} s)", file=out)
+    print(f"Successfully traced model into {len(subgraphs)} subgraphs!", file=out)
+    return subgraphs

@@ -1,0 +1,104 @@
+"""The ``patcher`` command: ``patcher trace`` (and ``patcher patch`` from patcher.rewrite)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .models import bundled_config_names
+
+TRACE_EPILOG = """\
+MODEL_ID is one of:
+  - a bundled real config, built on the meta device (no download): {bundled}
+  - a directory saved with save_pretrained (only its config.json is read)
+  - a config.json file
+  - a hub id, where the network allows
+
+examples:
+  patcher trace LlamaForCausalLM Meta-Llama-3-8B
+  patcher trace LlamaForCausalLM ./my-llama --targets LlamaDecoderLayer --targets-per-subgraph 2
+  patcher trace Qwen2VLForConditionalGeneration ./qwen2-vl/config.json --multimodal \\
+      --ignore 're:model\\.visual' get_rope_index
+
+Targets and ignore entries are module class names or 're:' + a regex matching whole
+qualified module names. Ignore entries may also name functions or methods to keep as single
+opaque calls. Default targets: the model's decoder-layer classes (from _no_split_modules).
+--ignore adds to the default list (transformers' mask builders, get_rope_index; see
+patcher.DEFAULT_IGNORE); --no-default-ignore drops it.
+Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
+"""
+
+
+def _add_trace_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "trace",
+        help="test whether a model traces and show its partition into subgraphs",
+        description="Build MODEL_CLASS from MODEL_ID's config on the meta device, trace it with torch.fx and "
+        "split it into one subgraph per sequential target. On failure, show the untraceable construct "
+        "(file:line, code, kind) and how to fix it.",
+        epilog=TRACE_EPILOG.format(bundled=", ".join(bundled_config_names())),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
+    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
+    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
+    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
+    parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
+                        help="modules/functions to keep opaque, added to the default list")
+    parser.add_argument("--no-default-ignore", action="store_true",
+                        help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
+    parser.add_argument("--targets-per-subgraph", type=int, default=1, metavar="N",
+                        help="put N consecutive targets in each subgraph (default 1)")
+    parser.set_defaults(handler=_run_trace)
+
+
+def _run_trace(args) -> int:
+    from .attempt import attempt_trace
+    from .trace import DEFAULT_IGNORE
+
+    ignore = ([] if args.no_default_ignore else list(DEFAULT_IGNORE)) + list(args.ignore)
+
+    try:
+        subgraphs = attempt_trace(
+            args.model_id,
+            args.model_class,
+            multimodal_data=args.multimodal,
+            sequential_targets=args.targets,
+            ignore=ignore,
+            targets_per_subgraph=args.targets_per_subgraph,
+        )
+    except (ValueError, ImportError, OSError) as exc:
+        print(f"patcher trace: error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if subgraphs is not None else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="patcher",
+        description="Make transformers models traceable with torch.fx and split them into per-layer subgraphs "
+        "for sequential compression (GPTQ, SparseGPT, AWQ).",
+        epilog="Run 'patcher COMMAND --help' for a command's options and examples. Guide: GUIDE.md",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_trace_parser(subparsers)
+    try:
+        from .rewrite.cli import add_patch_parser
+    except ImportError:
+        pass
+    else:
+        add_patch_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 2
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Split a traced graph into one subgraph per sequential target and run the chain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from torch import fx, nn
+
+from ..trace.tracer import DEFAULT_IGNORE, ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, trace_graph
+
+
+@dataclass
+class Subgraph:
+    """One piece of the partition: the nodes from one target boundary to the next.
+
+    ``input_names`` are read from the intermediates, ``output_names`` are written back (the
+    model's output names for the last subgraph), and ``consumed_names`` are inputs that no later
+    subgraph needs, so a cache may drop them after this subgraph ran.
+    """
+
+    index: int
+    graph: fx.Graph
+    input_names: list[str]
+    output_names: list[str]
+    consumed_names: list[str]
+    targets: list[str]
+    modules: list[str]
+    constants: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    _forward: Any = field(default=None, repr=False)
+
+    def forward(self, model: nn.Module, **inputs) -> dict[str, Any]:
+        """Run this subgraph against ``model``'s real modules; return ``{name: value}``."""
+        if self._forward is None:
+            self._forward = compile_graph(self.graph)
+        missing = [name for name in self.input_names if name not in inputs]
+        if missing:
+            raise KeyError(
+                f"subgraph {self.index} needs {', '.join(map(repr, missing))}, which the inputs do not have "
+                "(an input given when tracing must be given when running)"
+            )
+        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
+
+    __call__ = forward
+
+    @property
+    def code(self) -> str:
+        return self.graph.python_code(root_module="self").src
+
+
+def trace_subgraphs(
+    model: nn.Module,
+    sample_input: Mapping[str, Any],
+    sequential_targets: Iterable[str] | str,
+    ignore: Iterable[str] = DEFAULT_IGNORE,
+    targets_per_subgraph: int = 1,
+) -> list[Subgraph]:
+    """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
+
+    Example (a tiny Llama built from its config)::
+
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from patcher import trace_subgraphs, run_subgraphs
+        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+        ...                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+        >>> model = LlamaForCausalLM(config).eval()
+        >>> sample = {"input_ids": torch.randint(0, 64, (1, 5)), "attention_mask": torch.ones(1, 5)}
+        >>> subgraphs = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+        >>> len(subgraphs)
+        3
+        >>> outputs = run_subgraphs(model, subgraphs, sample)
+        >>> torch.equal(outputs["logits"], model(**sample).logits)
+        True
+    """
+    if targets_per_subgraph < 1:
+        raise ValueError(f"targets_per_subgraph must be >= 1, got {targets_per_subgraph}")
+    traced = trace_graph(model, sample_input, sequential_targets, ignore)
+    return partition_graph(traced, model, targets_per_subgraph)
+
+
+def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> list[Subgraph]:
+    """Cut the graph after every ``targets_per_subgraph``-th target call, in execution order.
+
+    Graph order is execution order, so in-place nodes (``setitem``) stay after the values they
+    mutate and before their readers. Every lookup is a dict, so the cost is linear in nodes.
+    """
+    graph = traced.graph
+    target_names = set(traced.target_names)
+    partition_of: dict[fx.Node, int] = {}
+    partitions: list[list[fx.Node]] = [[]]
+    in_current = 0
+    output_node = None
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            continue
+        if node.op == "output":
+            output_node = node
+            partition_of[node] = len(partitions) - 1
+            continue
+        partitions[-1].append(node)
+        partition_of[node] = len(partitions) - 1
+        if node.op == "call_module" and node.target in target_names:
+            in_current += 1
+            if in_current == targets_per_subgraph:
+                partitions.append([])
+                in_current = 0
+    last = len(partitions) - 1
+
+    # The last partition a value is read in; get_attr nodes are copied, never passed.
+    last_use: dict[fx.Node, int] = {}
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            continue
+        uses = [partition_of[user] for user in node.users]
+        last_use[node] = max(uses) if uses else partition_of.get(node, -1)
+
+    subgraphs = []
+    for index, nodes in enumerate(partitions):
+        subgraphs.append(
+            _build_subgraph(index, nodes, partition_of, last_use, output_node if index == last else None,
+                            model, traced, target_names)
+        )
+    return subgraphs
+
+
+def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, traced, target_names) -> Subgraph:
+    own = set(nodes)
+    readers = list(nodes) + ([output_node] if output_node is not None else [])
+    inputs: list[fx.Node] = []
+    attributes: list[fx.Node] = []
+    seen: set[fx.Node] = set()
+    for node in readers:
+        for value in node.all_input_nodes:
+            if value not in own and value not in seen:
+                seen.add(value)
+                # get_attr nodes are copied into every subgraph that reads them: free, never passed
+                (attributes if value.op == "get_attr" else inputs).append(value)
+
+    new_graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for value in inputs:
+        env[value] = new_graph.placeholder(value.name)
+    for value in attributes:
+        env[value] = new_graph.get_attr(value.target)
+    for node in nodes:
+        env[node] = new_graph.node_copy(node, env.__getitem__)
+
+    if output_node is not None:
+        result = output_node.args[0]
+        new_graph.output(fx.map_arg(result, env.__getitem__))
+        output_names = list(result.keys()) if isinstance(result, dict) else ["output"]
+    else:
+        produced = [node for node in nodes if last_use[node] > index]
+        new_graph.output({node.name: env[node] for node in produced})
+        output_names = [node.name for node in produced]
+
+    calls = [node for node in nodes if node.op == "call_module"]
+    modules = [str(node.target) for node in calls]
+    modules += [str(value.target) for value in attributes if _is_module(model, value.target)]
+    return Subgraph(
+        index=index,
+        graph=new_graph,
+        input_names=[value.name for value in inputs],
+        output_names=output_names,
+        consumed_names=[value.name for value in inputs if last_use[value] <= index],
+        targets=[str(node.target) for node in calls if node.target in target_names],
+        modules=modules,
+        constants=traced.constants,
+    )
+
+
+def _is_module(model: nn.Module, target: str) -> bool:
+    if target == ROOT_ATTRIBUTE:
+        return True
+    value: Any = model
+    for part in target.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return False
+    return isinstance(value, nn.Module)
+
+
+def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Run the subgraphs in order, handing activations on; return the model's outputs.
+
+    Values no later subgraph needs are dropped as soon as their last reader has run.
+    """
+    intermediates = dict(inputs)
+    outputs: dict[str, Any] = {}
+    for subgraph in subgraphs:
+        outputs = subgraph.forward(
+            model, **{name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+        )
+        for name in subgraph.consumed_names:
+            intermediates.pop(name, None)
+        intermediates.update(outputs)
+    return outputs

@@ -1,0 +1,64 @@
+"""Sample inputs for tracing, built from a config: no processor or tokenizer download.
+
+Text samples work for every decoder model. Multimodal builders are registered per
+``model_type`` (the zoo registers its own) with :func:`register_multimodal_sample`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from transformers import PretrainedConfig
+
+MultimodalBuilder = Callable[..., dict[str, Any]]
+_MULTIMODAL_BUILDERS: dict[str, MultimodalBuilder] = {}
+
+
+def register_multimodal_sample(model_type: str):
+    """Decorator: register ``builder(config, *, batch_size, seq_len, device, **kw) -> dict``."""
+
+    def register(builder: MultimodalBuilder) -> MultimodalBuilder:
+        _MULTIMODAL_BUILDERS[model_type] = builder
+        return builder
+
+    return register
+
+
+def text_sample(
+    config: PretrainedConfig,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
+    """``input_ids`` and ``attention_mask`` (left padding on the first row when asked)."""
+    vocab_size = config.get_text_config().vocab_size
+    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
+    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
+    if left_padding:
+        attention_mask[0, :left_padding] = 0
+    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+def multimodal_sample(config: PretrainedConfig, **kwargs) -> dict[str, Any]:
+    builder = _MULTIMODAL_BUILDERS.get(config.model_type)
+    if builder is None:
+        try:
+            import zoo  # noqa: F401  (registers the zoo's builders)
+        except ImportError:
+            pass
+        builder = _MULTIMODAL_BUILDERS.get(config.model_type)
+    if builder is None:
+        known = ", ".join(sorted(_MULTIMODAL_BUILDERS)) or "none yet"
+        raise ValueError(
+            f"no multimodal sample builder for model_type {config.model_type!r} (known: {known}); "
+            "pass your own sample to trace_subgraphs, or register one with patcher.samples.register_multimodal_sample"
+        )
+    return builder(config, **kwargs)
+
+
+def sample_input(config: PretrainedConfig, *, multimodal: bool = False, **kwargs) -> dict[str, Any]:
+    return multimodal_sample(config, **kwargs) if multimodal else text_sample(config, **kwargs)

@@ -1,0 +1,19 @@
+"""Tracing: torch.fx over a transformers model with sequential targets as leaves."""
+
+from .diagnose import UntraceableConstruct, diagnose
+from .errors import MissingTargetsError, SampleInputError, TargetMatchError, TracingError, UntraceableCodeError
+from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
+
+__all__ = [
+    "DEFAULT_IGNORE",
+    "MissingTargetsError",
+    "SampleInputError",
+    "SequentialTracer",
+    "TargetMatchError",
+    "TracedGraph",
+    "TracingError",
+    "UntraceableCodeError",
+    "UntraceableConstruct",
+    "diagnose",
+    "trace_graph",
+]

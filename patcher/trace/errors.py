@@ -1,0 +1,35 @@
+"""Errors raised while tracing and partitioning. Each says what went wrong and what to do."""
+
+from __future__ import annotations
+
+
+class TracingError(Exception):
+    """Base class of tracezoo's tracing errors."""
+
+
+class TargetMatchError(TracingError, ValueError):
+    """A ``sequential_targets`` entry matches nothing, or targets nest."""
+
+
+class SampleInputError(TracingError, ValueError):
+    """The sample input does not fit the model's forward."""
+
+
+class MissingTargetsError(TracingError):
+    """Target modules were swallowed by an opaque call and are missing from the graph.
+
+    A calibration that silently merges two layers into one subgraph produces wrong scales, so
+    this is always an error, never a warning.
+    """
+
+    def __init__(self, message: str, missing: list[str]):
+        super().__init__(message)
+        self.missing = missing
+
+
+class UntraceableCodeError(TracingError):
+    """The model's code holds a construct torch.fx cannot trace; ``construct`` says where."""
+
+    def __init__(self, message: str, construct):
+        super().__init__(message)
+        self.construct = construct

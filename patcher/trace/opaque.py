@@ -1,0 +1,107 @@
+"""Keep named functions and methods as single opaque graph nodes while tracing.
+
+``ignore`` names functions (``create_causal_mask``) and methods (``get_rope_index``) whose
+bodies must not be traced. For the duration of a trace, every modeling module that the model's
+classes come from has those globals replaced with a wrapper, and every class that defines such a
+method gets a wrapper method. A wrapper called with any proxy argument records one node; called
+with concrete values it just runs the original.
+
+Configs and modules reaching these calls are passed by reference (see ``SequentialTracer``):
+rebuilding a config from its fields drops ``_attn_implementation`` and silently removes the
+causal mask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from typing import Any, Iterable, Iterator
+
+from torch import fx, nn
+from torch.utils import _pytree as pytree
+
+
+def _find_proxy(args: tuple, kwargs: dict) -> fx.Proxy | None:
+    found = None
+
+    def visit(value: Any) -> None:
+        nonlocal found
+        if found is None and isinstance(value, fx.Proxy):
+            found = value
+
+    pytree.tree_map_(visit, (args, kwargs), is_leaf=lambda value: isinstance(value, fx.Proxy))
+    return found
+
+
+def _opaque_function(original):
+    @functools.wraps(original)
+    def opaque(*args, **kwargs):
+        proxy = _find_proxy(args, kwargs)
+        if proxy is None:
+            return original(*args, **kwargs)
+        return proxy.tracer.create_proxy("call_function", original, args, kwargs)
+
+    opaque.__tracezoo_opaque__ = True
+    return opaque
+
+
+def _opaque_method(name: str, original):
+    @functools.wraps(original)
+    def opaque(self, *args, **kwargs):
+        proxy = _find_proxy(args, kwargs)
+        if proxy is None:
+            return original(self, *args, **kwargs)
+        # call_method on a by-reference module: at run time this calls the real method.
+        return proxy.tracer.create_proxy("call_method", name, (self, *args), kwargs)
+
+    opaque.__tracezoo_opaque__ = True
+    return opaque
+
+
+def modeling_namespaces(model: nn.Module) -> list[dict]:
+    """Globals of every module defining a class (or base class) used in the model."""
+    seen: dict[str, dict] = {}
+    for cls in {type(module) for module in model.modules()}:
+        for base in inspect.getmro(cls):
+            if base.__module__ in seen or base.__module__.startswith(("torch.", "builtins")):
+                continue
+            module = sys.modules.get(base.__module__)
+            if module is not None:
+                seen[base.__module__] = vars(module)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
+    """Patch functions/methods called ``names`` for the duration of the context.
+
+    Yields the names that were found (functions or methods); the caller may report the rest.
+    """
+    names = set(names)
+    found: set[str] = set()
+    restore: list[tuple[Any, str, Any, bool]] = []
+    try:
+        for namespace in modeling_namespaces(model):
+            for name in names & namespace.keys():
+                value = namespace[name]
+                if inspect.isfunction(value) and not getattr(value, "__tracezoo_opaque__", False):
+                    restore.append((namespace, name, value, True))
+                    namespace[name] = _opaque_function(value)
+                    found.add(name)
+        for cls in {type(module) for module in model.modules()}:
+            for base in inspect.getmro(cls):
+                for name in names & vars(base).keys():
+                    value = vars(base)[name]
+                    if inspect.isfunction(value) and not getattr(value, "__tracezoo_opaque__", False):
+                        restore.append((base, name, value, False))
+                        setattr(base, name, _opaque_method(name, value))
+                        found.add(name)
+        yield found
+    finally:
+        for owner, name, value, is_namespace in reversed(restore):
+            if is_namespace:
+                owner[name] = value
+            else:
+                setattr(owner, name, value)

@@ -1,0 +1,374 @@
+"""The torch.fx tracer for transformers models: sequential targets and ignored modules are leaves.
+
+Only the ancestors of sequential targets are traced through; every other module becomes a single
+``call_module`` node. That keeps attention, rotary embeddings and vision towers opaque unless a
+target lives inside them, so calibration hooks on the targets see real module calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import itertools
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import torch
+from torch import fx, nn
+from transformers import PretrainedConfig
+from transformers.utils import ModelOutput
+
+from .diagnose import diagnose
+from .errors import MissingTargetsError, SampleInputError, TargetMatchError, UntraceableCodeError
+from .matching import match_modules, parse_patterns, resolve_targets
+from .opaque import opaque_calls
+from .state import preserved_model_state
+
+ROOT_ATTRIBUTE = "_tracezoo_root"
+CONSTANT_PREFIX = "_tracezoo_constant_"
+
+#: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
+#: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
+#: patterns, or names of functions/methods.
+DEFAULT_IGNORE: tuple[str, ...] = (
+    "create_causal_mask",
+    "create_sliding_window_causal_mask",
+    "create_chunked_causal_mask",
+    "create_bidirectional_mask",
+    "create_bidirectional_sliding_window_mask",
+    "create_recurrent_attention_mask",
+    "create_masks_for_generate",
+    "_prepare_4d_causal_attention_mask",
+    "_prepare_4d_causal_attention_mask_with_cache_position",
+    "_prepare_4d_attention_mask",
+    "_update_causal_mask",
+    "get_rope_index",
+    "torch_compilable_check",
+)
+
+
+class TracingProxy(fx.Proxy):
+    """A proxy that also records in-place indexed assignment (``x[..., i] = y``)."""
+
+    def __setitem__(self, indices, values):
+        return self.tracer.create_proxy("call_function", operator.setitem, (self, indices, values), {})
+
+
+class SequentialTracer(fx.Tracer):
+    """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
+
+    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str]):
+        super().__init__(autowrap_functions=(), param_shapes_constant=False)
+        self.model = model
+        self.traced_modules = traced_modules
+        self.target_names = target_names
+        self.constants: dict[str, Any] = {}
+        self.module_path_stack: list[str] = []
+        self._constant_names: dict[int, str] = {}
+        self._tensor_paths = {id(t): name for name, t in itertools.chain(
+            model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
+        # Configs are reached through the module that owns them, so graphs read `self.model.config`.
+        self._config_paths: dict[int, str] = {}
+        for name, module in model.named_modules():
+            config = getattr(module, "config", None)
+            if isinstance(config, PretrainedConfig) and id(config) not in self._config_paths:
+                self._config_paths[id(config)] = f"{name}.config" if name else "config"
+
+    # -- leaves ------------------------------------------------------------------------
+    def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
+        return module not in self.traced_modules
+
+    def call_module(self, module, forward, args, kwargs):
+        name = self.path_of_module(module)
+        self.module_path_stack.append(name)
+        try:
+            return super().call_module(module, forward, args, kwargs)
+        finally:
+            self.module_path_stack.pop()
+
+    # -- values ------------------------------------------------------------------------
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return TracingProxy(node, self)
+
+    def _reference(self, value: Any) -> fx.Node:
+        """A get_attr node that returns ``value`` itself when the graph runs."""
+        name = self._constant_names.get(id(value))
+        if name is None:
+            name = f"{CONSTANT_PREFIX}{len(self.constants)}"
+            self._constant_names[id(value)] = name
+            self.constants[name] = value
+        return self.create_node("get_attr", name, (), {})
+
+    def create_arg(self, a: Any):
+        if isinstance(a, fx.Proxy):
+            return a.node
+        if isinstance(a, nn.Module):
+            if a is self.model:
+                return self.create_node("get_attr", ROOT_ATTRIBUTE, (), {})
+            path = self.submodule_paths.get(a) if self.submodule_paths else None
+            return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        if isinstance(a, torch.Tensor):
+            path = self._tensor_paths.get(id(a))
+            return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        if isinstance(a, PretrainedConfig):
+            # By reference, never rebuilt from fields: rebuilding loses _attn_implementation.
+            path = self._config_paths.get(id(a))
+            return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        try:
+            return super().create_arg(a)
+        except NotImplementedError:
+            if _is_plain_object(a):
+                return self._reference(a)
+            raise
+
+
+def _is_plain_object(value: Any) -> bool:
+    # Objects fx does not know (dtype-likes, enums are handled by fx itself) travel by reference.
+    return not isinstance(value, (list, tuple, dict, set, fx.Proxy))
+
+
+@dataclass
+class TracedGraph:
+    """A whole-model fx graph plus what it needs at run time.
+
+    ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
+    any hooks on them) are the ones called.
+    """
+
+    graph: fx.Graph
+    input_names: list[str]
+    constants: dict[str, Any]
+    target_names: list[str] = field(default_factory=list)
+    _forward: Any = field(default=None, repr=False)
+
+    def forward(self, model: nn.Module, **inputs):
+        if self._forward is None:
+            self._forward = compile_graph(self.graph)
+        return self._forward(GraphRoot(model, self.constants), *[inputs.get(name) for name in self.input_names])
+
+    __call__ = forward
+
+
+class GraphRoot:
+    """``self`` of generated graph code: the model, plus constants captured while tracing."""
+
+    __slots__ = ("_model", "_constants")
+
+    def __init__(self, model: nn.Module, constants: Mapping[str, Any]):
+        self._model = model
+        self._constants = constants
+
+    def __getattr__(self, name: str):
+        if name == ROOT_ATTRIBUTE:
+            return self._model
+        constant = self._constants.get(name, _MISSING)
+        if constant is not _MISSING:
+            return constant
+        return getattr(self._model, name)
+
+
+_MISSING = object()
+
+
+def compile_graph(graph: fx.Graph):
+    """Compile an fx graph into a Python function ``forward(root, *placeholders)``."""
+    code = graph.python_code(root_module="self")
+    namespace = dict(code.globals)
+    exec(compile(code.src, "<tracezoo-graph>", "exec"), namespace)
+    return namespace["forward"]
+
+
+def _forward_parameters(model: nn.Module) -> tuple[Any, inspect.Signature]:
+    forward = inspect.unwrap(type(model).forward)
+    return forward, inspect.signature(forward)
+
+
+def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> None:
+    params = list(signature.parameters.values())[1:]  # drop self
+    accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
+    names = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    unknown = [key for key in sample if key not in names]
+    if unknown and not accepts_kwargs:
+        raise SampleInputError(
+            f"sample input has {', '.join(map(repr, unknown))}, which {type(model).__name__}.forward "
+            f"does not accept; it takes: {', '.join(sorted(names))}"
+        )
+    for key in sample:
+        if not key.isidentifier():
+            raise SampleInputError(f"sample input key {key!r} is not a valid Python identifier")
+    missing = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in sample
+    ]
+    if missing:
+        raise SampleInputError(
+            f"sample input is missing required input(s) {', '.join(map(repr, missing))} of "
+            f"{type(model).__name__}.forward; give them in the sample"
+        )
+
+
+def _root_function(forward, signature: inspect.Signature, placeholders: list[str], fixed: dict[str, Any]):
+    """Build ``root(self, <placeholders>)`` calling the unwrapped forward with fixed extras.
+
+    fx reads the root's parameters from its code object, so this must be a real function with
+    exactly the sample's names; decorated forwards (``can_return_tuple``) would make fx patch
+    the wrapper's code object and fail ("co_varnames is too small").
+    """
+    params = ", ".join(["self", *placeholders])
+    kwargs = ", ".join(f"{name}={name}" for name in placeholders)
+    source = (
+        f"def _tracezoo_root_forward({params}):\n"
+        f"    return _normalize_output(_forward(self, {kwargs}{', ' if kwargs else ''}**_fixed))\n"
+    )
+    namespace = {"_forward": forward, "_fixed": fixed, "_normalize_output": _normalize_output}
+    exec(compile(source, "<tracezoo-root>", "exec"), namespace)
+    return namespace["_tracezoo_root_forward"]
+
+
+def _normalize_output(output):
+    if isinstance(output, ModelOutput):
+        return {key: value for key, value in output.items()}
+    if isinstance(output, Mapping):
+        return dict(output)
+    if isinstance(output, tuple):
+        return {f"output_{index}": value for index, value in enumerate(output)}
+    return {"output": output}
+
+
+def _ancestors(model: nn.Module, names: Iterable[str]) -> set[nn.Module]:
+    modules = dict(model.named_modules(remove_duplicate=False))
+    ancestors = {model}
+    for name in names:
+        parts = name.split(".")
+        for cut in range(1, len(parts)):
+            ancestors.add(modules[".".join(parts[:cut])])
+    return ancestors
+
+
+def trace_graph(
+    model: nn.Module,
+    sample_input: Mapping[str, Any],
+    sequential_targets: Iterable[str] | str,
+    ignore: Iterable[str] = DEFAULT_IGNORE,
+) -> TracedGraph:
+    """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
+
+    Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
+    line, construct and fix) or ``MissingTargetsError``.
+    """
+    targets = resolve_targets(model, sequential_targets)
+    ignore = list(ignore or ())
+    ignored_modules, _ = match_modules(model, parse_patterns(ignore))
+    _check_targets_not_ignored(targets, ignored_modules)
+    traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
+    if model in ignored_modules.values():
+        raise TargetMatchError("the root model itself matches an ignore entry; nothing would be traced")
+
+    forward, signature = _forward_parameters(model)
+    _validate_sample(model, signature, sample_input)
+    placeholders = [key for key, value in sample_input.items() if value is not None]
+    fixed = {key: None for key, value in sample_input.items() if value is None}
+    for flag, value in (("use_cache", False), ("return_dict", True)):
+        if flag in signature.parameters and flag not in sample_input:
+            fixed[flag] = value
+    root_forward = _root_function(forward, signature, placeholders, fixed)
+
+    tracer = SequentialTracer(model, traced_modules, set(targets))
+    original_class = type(model)
+    traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
+    tracer.traced_func_name = "_tracezoo_root_forward"
+    with preserved_model_state(model), opaque_calls(model, ignore), _swapped_class(model, traced_class):
+        try:
+            graph = tracer.trace(model)
+        except Exception as exc:  # every failure gets a source location when one exists
+            raise _explain(exc, model, tracer) from exc
+    _check_no_hidden_targets(graph, model, targets)
+    return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
+                       target_names=list(targets))
+
+
+@contextlib.contextmanager
+def _swapped_class(model: nn.Module, cls: type):
+    # fx reads the traced function from type(root); a per-instance subclass avoids touching
+    # the model's real class, which other instances share.
+    original = type(model)
+    object.__setattr__(model, "__class__", cls)
+    try:
+        yield
+    finally:
+        object.__setattr__(model, "__class__", original)
+
+
+def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
+    if isinstance(exc, (SampleInputError, TargetMatchError)):
+        return exc
+    module_path = tracer.module_path_stack[-1] if tracer.module_path_stack else ""
+    construct = diagnose(exc, module_path)
+    if construct is None:
+        return exc
+    header = f"could not trace {type(model).__name__}:"
+    if construct.kind.rule == "":
+        message = f"{header} {construct.kind.name}\n{construct.describe()}\n" \
+                  "  note: this often means the sample input lacks an input the model needs"
+        return SampleInputError(message) if isinstance(exc, ValueError) else UntraceableCodeError(message, construct)
+    return UntraceableCodeError(f"{header}\n{construct.describe()}", construct)
+
+
+def _check_targets_not_ignored(targets: dict[str, nn.Module], ignored: dict[str, nn.Module]) -> None:
+    if not ignored:
+        return
+    swallowed = []
+    for name in targets:
+        parts = name.split(".")
+        for cut in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:cut])
+            if prefix in ignored:
+                swallowed.append((name, prefix))
+                break
+    if swallowed:
+        missing = [name for name, _ in swallowed]
+        detail = ", ".join(f"{name} (inside ignored '{prefix}')" for name, prefix in swallowed[:10])
+        raise MissingTargetsError(
+            f"{len(missing)} sequential target(s) lie inside ignored modules and would be swallowed: {detail}. "
+            "Remove the ignore entry or narrow it.",
+            missing,
+        )
+
+
+def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[str, nn.Module]) -> None:
+    """Targets passed into opaque calls (or inside leaf modules) never get their own subgraph."""
+    called = {node.target for node in graph.find_nodes(op="call_module") if node.target in targets}
+    hidden: dict[str, str] = {}
+    target_names = sorted(targets)
+    for node in itertools.chain(graph.find_nodes(op="call_module"), graph.find_nodes(op="get_attr")):
+        target = node.target
+        if node.op == "call_module" and target in targets:
+            continue
+        if node.op == "get_attr" and target == ROOT_ATTRIBUTE:
+            prefix = ""
+        elif node.op == "get_attr" and not isinstance(_resolve(model, target), nn.Module):
+            continue
+        else:
+            prefix = target + "."
+        users = ", ".join(sorted({str(user.target) for user in node.users})) or "an opaque call"
+        for name in target_names:
+            if name.startswith(prefix) and name not in called:
+                hidden.setdefault(name, users if node.op == "get_attr" else f"module '{target}'")
+    if hidden:
+        missing = sorted(hidden)
+        detail = "; ".join(f"{name} (swallowed by {how})" for name, how in list(hidden.items())[:10])
+        raise MissingTargetsError(
+            f"{len(missing)} sequential target(s) are missing from the graph: {detail}. "
+            "Each target must be called directly by traced code. Remove the function or module that "
+            "swallows them from `ignore`, or rewrite it with the patcher.",
+            missing,
+        )
+
+
+def _resolve(model: nn.Module, target: str):
+    value: Any = model
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value

@@ -1,0 +1,58 @@
+"""Tiny random text models built from the real transformers config classes.
+
+Sizes are small so a forward takes milliseconds; every architecture keeps its own structure
+(GQA, MoE routing, sliding windows, MLA attention) so the tracer meets the real code paths.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# model class name -> (config class name, config overrides, decoder layer class)
+TEXT_MODELS: dict[str, tuple[str, dict, str]] = {
+    "LlamaForCausalLM": ("LlamaConfig", {}, "LlamaDecoderLayer"),
+    "MistralForCausalLM": ("MistralConfig", {"sliding_window": 4}, "MistralDecoderLayer"),
+    "MixtralForCausalLM": ("MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2}, "MixtralDecoderLayer"),
+    "Qwen2ForCausalLM": ("Qwen2Config", {}, "Qwen2DecoderLayer"),
+    "Qwen3ForCausalLM": ("Qwen3Config", {"head_dim": 8}, "Qwen3DecoderLayer"),
+    "Gemma3ForCausalLM": ("Gemma3TextConfig", {"head_dim": 8, "sliding_window": 4,
+                                               "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]},
+                          "Gemma3DecoderLayer"),
+    "GraniteForCausalLM": ("GraniteConfig", {}, "GraniteDecoderLayer"),
+    "DeepseekV3ForCausalLM": ("DeepseekV3Config", {"num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 2,
+                                                   "topk_group": 1, "moe_intermediate_size": 16, "first_k_dense_replace": 1,
+                                                   "q_lora_rank": 16, "kv_lora_rank": 16, "qk_rope_head_dim": 8,
+                                                   "qk_nope_head_dim": 8, "v_head_dim": 8}, "DeepseekV3DecoderLayer"),
+    "Phi3ForCausalLM": ("Phi3Config", {"pad_token_id": 0}, "Phi3DecoderLayer"),
+}
+
+
+def tiny_config(model_name: str, **overrides):
+    config_name, specific, _ = TEXT_MODELS[model_name]
+    config_class = getattr(transformers, config_name)
+    return config_class(**{**COMMON, **specific, **overrides})
+
+
+def tiny_model(model_name: str, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(tiny_config(model_name, **overrides))
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def decoder_layer(model_name: str) -> str:
+    return TEXT_MODELS[model_name][2]
+
+
+def _wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
+    # Some inits are all zeros (biases, router corrections); a dead path hides graph mistakes.
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and not parameter.any():
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
