@@ -82,11 +82,16 @@ def trace_subgraphs(
 def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> list[Subgraph]:
     """Cut the graph after every ``targets_per_subgraph``-th target call, in execution order.
 
+    With N target calls the result has ``ceil(N / targets_per_subgraph) + 1`` subgraphs: the
+    last one holds what follows the last target (final norm, head).
+
     Graph order is execution order, so in-place nodes (``setitem``) stay after the values they
     mutate and before their readers. Every lookup is a dict, so the cost is linear in nodes.
     """
     graph = traced.graph
     target_names = set(traced.target_names)
+    target_calls = [node for node in graph.find_nodes(op="call_module") if node.target in target_names]
+    last_target = target_calls[-1] if target_calls else None
     partition_of: dict[fx.Node, int] = {}
     partitions: list[list[fx.Node]] = [[]]
     in_current = 0
@@ -102,7 +107,8 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
         partition_of[node] = len(partitions) - 1
         if node.op == "call_module" and node.target in target_names:
             in_current += 1
-            if in_current == targets_per_subgraph:
+            # What follows the last target (final norm, head) always gets its own subgraph.
+            if in_current == targets_per_subgraph or node is last_target:
                 partitions.append([])
                 in_current = 0
     last = len(partitions) - 1

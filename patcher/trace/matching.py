@@ -114,9 +114,8 @@ def _nested_targets(matched: dict[str, nn.Module]) -> tuple[str, str] | None:
 
 def _no_match_message(model: nn.Module, unmatched: list[str]) -> str:
     classes = sorted({type(module).__name__ for module in model.modules()})
-    lines = [
-        f"sequential target pattern(s) {', '.join(map(repr, unmatched))} match no module of {type(model).__name__}."
-    ]
+    quoted = ", ".join("'" + text + "'" for text in unmatched)  # repr() would double regex backslashes
+    lines = [f"sequential target pattern(s) {quoted} match no module of {type(model).__name__}."]
     for text in unmatched:
         if not text.startswith(REGEX_PREFIX):
             close = difflib.get_close_matches(text, classes, n=3)

@@ -65,6 +65,7 @@ class SequentialTracer(fx.Tracer):
         self.target_names = target_names
         self.constants: dict[str, Any] = {}
         self.module_path_stack: list[str] = []
+        self.failed_module_path: str | None = None
         self._constant_names: dict[int, str] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
@@ -84,6 +85,11 @@ class SequentialTracer(fx.Tracer):
         self.module_path_stack.append(name)
         try:
             return super().call_module(module, forward, args, kwargs)
+        except Exception:
+            # The stack unwinds before the error is explained: remember the innermost module.
+            if self.failed_module_path is None:
+                self.failed_module_path = name
+            raise
         finally:
             self.module_path_stack.pop()
 
@@ -304,7 +310,7 @@ def _swapped_class(model: nn.Module, cls: type):
 def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
     if isinstance(exc, (SampleInputError, TargetMatchError)):
         return exc
-    module_path = tracer.module_path_stack[-1] if tracer.module_path_stack else ""
+    module_path = tracer.failed_module_path or ""
     construct = diagnose(exc, module_path)
     if construct is None:
         return exc

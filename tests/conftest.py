@@ -1,0 +1,27 @@
+import os
+import sys
+
+import torch
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, os.path.dirname(__file__))
+# Nothing is downloaded in tests; subprocesses inherit this too.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# "ci" keeps the default run short on 2 cores; "thorough" is for a long local run:
+#   HYPOTHESIS_PROFILE=thorough bash scripts/test
+settings.register_profile(
+    "ci", max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "thorough", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def pytest_generate_tests(metafunc):
+    # A plain parameter, not a fixture: hypothesis tests may take it too.
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", DEVICES)

@@ -1,0 +1,90 @@
+"""attempt_trace and `patcher trace`: success, failure and the ways to name a model."""
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import transformers
+
+from patcher import attempt_trace
+from tiny_models import tiny_model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_qwen2_vl_config():
+    return transformers.Qwen2VLConfig(
+        text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2,
+                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
+        vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, patch_size=2, spatial_merge_size=2,
+                           temporal_patch_size=2),
+        image_token_id=150, video_token_id=151, vision_start_token_id=152,
+    )
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "patcher", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+
+
+def test_attempt_trace_bundled_config_prints_success_and_table():
+    out = io.StringIO()
+    subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM", out=out)
+    text = out.getvalue()
+    assert len(subgraphs) == 33
+    assert text.rstrip().endswith("Successfully traced model into 33 subgraphs!")
+    assert "model.layers.31" in text and "subgraph  targets" in text
+
+
+def test_attempt_trace_from_a_saved_directory_and_a_config_file(tmp_path):
+    model = tiny_model("MixtralForCausalLM")
+    model.save_pretrained(tmp_path)
+    for model_id in (str(tmp_path), str(tmp_path / "config.json")):
+        out = io.StringIO()
+        subgraphs = attempt_trace(model_id, "MixtralForCausalLM", out=out)
+        assert len(subgraphs) == model.config.num_hidden_layers + 1, out.getvalue()
+
+
+def test_attempt_trace_failure_names_the_construct(tmp_path):
+    tiny_qwen2_vl_config().save_pretrained(tmp_path)
+    out = io.StringIO()
+    assert attempt_trace(str(tmp_path), "Qwen2VLForConditionalGeneration", out=out) is None
+    text = out.getvalue()
+    assert "Failed to trace Qwen2VLForConditionalGeneration" in text
+    assert "modeling_qwen2_vl.py:" in text
+    assert "if position_ids.ndim == 3 and position_ids.shape[0] == 4:" in text
+    assert "control flow on a shape" in text and "TZ105" in text
+
+
+def test_cli_trace_success():
+    result = run_cli("trace", "LlamaForCausalLM", "Meta-Llama-3-8B", "--targets-per-subgraph", "4")
+    assert result.returncode == 0, result.stderr
+    assert "Successfully traced model into 9 subgraphs!" in result.stdout
+
+
+def test_cli_trace_failure_exit_status(tmp_path):
+    tiny_qwen2_vl_config().save_pretrained(tmp_path)
+    result = run_cli("trace", "Qwen2VLForConditionalGeneration", str(tmp_path))
+    assert result.returncode == 1
+    assert "untraceable construct" in result.stdout
+
+
+def test_cli_bad_arguments():
+    result = run_cli("trace", "NoSuchModel", "Meta-Llama-3-8B")
+    assert result.returncode == 2
+    assert "unknown model class 'NoSuchModel'" in result.stderr
+    result = run_cli("trace", "LlamaForCausalLM", "no-such-config-anywhere")
+    assert result.returncode == 2
+    assert "not a bundled config (Meta-Llama-3-8B" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["trace", "--help"]])
+def test_help_teaches(args):
+    result = run_cli(*args)
+    assert result.returncode == 0
+    assert "trace" in result.stdout
+    if args[0] == "trace":
+        assert "examples:" in result.stdout and "Meta-Llama-3-8B" in result.stdout

@@ -1,0 +1,147 @@
+"""Bad targets, bad samples, swallowed layers and untraceable code give errors that say what to do."""
+
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from patcher import MissingTargetsError, SampleInputError, TargetMatchError, UntraceableCodeError, trace_subgraphs
+from patcher.samples import text_sample
+from tiny_models import tiny_model
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_model("LlamaForCausalLM")
+
+
+def sample_for(model):
+    return text_sample(model.config, batch_size=1, seq_len=4)
+
+
+def test_class_name_matching_nothing_is_named_with_a_suggestion(llama):
+    with pytest.raises(TargetMatchError, match=r"'LlamaDecodeLayer' match no module of LlamaForCausalLM") as info:
+        trace_subgraphs(llama, sample_for(llama), ["LlamaDecodeLayer"])
+    assert "Did you mean 'LlamaDecoderLayer'" in str(info.value)
+
+
+def test_regex_matching_nothing(llama):
+    with pytest.raises(TargetMatchError, match=re.escape(r"'re:model\.blocks\.\d+' match no module")):
+        trace_subgraphs(llama, sample_for(llama), [r"re:model\.blocks\.\d+"])
+
+
+def test_regex_targets_select_whole_names(llama):
+    subgraphs = trace_subgraphs(llama, sample_for(llama), [r"re:model\.layers\.[02]"])
+    assert [subgraph.targets for subgraph in subgraphs] == [["model.layers.0"], ["model.layers.2"], []]
+
+
+def test_nested_targets_are_refused(llama):
+    with pytest.raises(TargetMatchError, match="lies inside sequential target"):
+        trace_subgraphs(llama, sample_for(llama), ["LlamaDecoderLayer", "LlamaMLP"])
+
+
+def test_sample_missing_required_input(llama):
+    with pytest.raises(SampleInputError, match="exactly one of input_ids or inputs_embeds") as info:
+        trace_subgraphs(llama, {"attention_mask": torch.ones(1, 4)}, ["LlamaDecoderLayer"])
+    assert "modeling_llama.py:" in str(info.value)
+    assert "sample input lacks an input" in str(info.value)
+
+
+def test_sample_with_unknown_input_is_named():
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(2, 2)])
+
+        def forward(self, x):
+            return self.layers[0](x)
+
+    with pytest.raises(SampleInputError, match=r"'y', which Plain.forward does not accept"):
+        trace_subgraphs(Plain(), {"x": torch.ones(1, 2), "y": torch.ones(1)}, ["Linear"])
+    with pytest.raises(SampleInputError, match=r"missing required input\(s\) 'x'"):
+        trace_subgraphs(Plain(), {}, ["Linear"])
+
+
+def test_ignored_module_containing_targets_is_an_error(llama):
+    with pytest.raises(MissingTargetsError, match=r"inside ignored 'model'") as info:
+        trace_subgraphs(llama, sample_for(llama), ["LlamaDecoderLayer"], ignore=["LlamaModel"])
+    assert info.value.missing == ["model.layers.0", "model.layers.1", "model.layers.2"]
+
+
+class LayersBehindAMethod(nn.Module):
+    """Calls its layers from a helper method, which an ignore entry makes opaque."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(3, 3)
+        self.layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(2)])
+
+    def run_layers(self, hidden):
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return hidden
+
+    def forward(self, x):
+        return {"out": self.run_layers(self.embed(x))}
+
+
+def test_targets_swallowed_by_an_opaque_method_are_named():
+    model = LayersBehindAMethod()
+    with pytest.raises(MissingTargetsError, match=r"2 sequential target\(s\) are missing") as info:
+        trace_subgraphs(model, {"x": torch.ones(1, 3)}, [r"re:layers\.\d"], ignore=["run_layers"])
+    assert info.value.missing == ["layers.0", "layers.1"]
+    assert "run_layers" in str(info.value)
+    # Without the ignore entry the layers are traced into their own subgraphs.
+    assert len(trace_subgraphs(model, {"x": torch.ones(1, 3)}, [r"re:layers\.\d"], ignore=[])) == 3
+
+
+class BranchOnValue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3)])
+
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent
+            x = -x
+        return self.layers[0](x)
+
+
+class StarredShape(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3)])
+
+    def forward(self, x):
+        batch, *rest = x.shape
+        return self.layers[0](x).reshape(batch, -1)
+
+
+class AssertOnShape(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3)])
+
+    def forward(self, x):
+        assert x.shape[-1] == 3, "wrong width"
+        return self.layers[0](x)
+
+
+@pytest.mark.parametrize(
+    "module, kind, rule, code",
+    [
+        (BranchOnValue, "control flow on a tensor value", "TZ101", "if x.sum() > 0:  # data-dependent"),
+        (StarredShape, "starred unpacking of a shape", "TZ104", "batch, *rest = x.shape"),
+        (AssertOnShape, "assert or check on a tensor value", "TZ102", 'assert x.shape[-1] == 3, "wrong width"'),
+    ],
+)
+def test_untraceable_construct_names_file_line_kind_and_fix(module, kind, rule, code):
+    with pytest.raises(UntraceableCodeError) as info:
+        trace_subgraphs(module(), {"x": torch.ones(2, 3)}, ["Linear"], ignore=[])
+    construct = info.value.construct
+    assert construct.filename == __file__
+    assert construct.kind.name == kind and construct.kind.rule == rule
+    assert construct.code == code
+    message = str(info.value)
+    assert f"test_errors.py:{construct.lineno}" in message
+    assert code in message and f"patcher rule {rule}" in message and "GUIDE.md#" in message
