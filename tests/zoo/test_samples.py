@@ -1,0 +1,244 @@
+"""Zoo recipes: processor-free multimodal samples that the original transformers models accept.
+
+For Qwen2-VL, Mllama and Llava, on the tiny models and for drawn batch sizes, text lengths, image
+counts, image sizes (Qwen2-VL grids, Mllama aspect ratios / tile counts) and left padding:
+- the sample has the documented layout (``seq_len`` is the text length; each image adds its span),
+- the original eager model runs on it and gives logits of shape (batch, length, vocab),
+- other pixel values change the logits (the image reaches the output: no dead path);
+and the bundled real configs build on ``meta`` with the expected decoder layers.
+
+No ``__init__.py`` here on purpose: ``tests/`` is first on ``sys.path`` (conftest), so a regular
+package ``tests/zoo`` would shadow the real ``zoo`` package.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import re
+import sys
+
+import pytest
+import torch
+import transformers
+from hypothesis import given
+from hypothesis import strategies as st
+
+from patcher.models import build_model, load_config
+from patcher.samples import multimodal_sample, sample_input
+from zoo.llava import recipe as llava
+from zoo.mllama import recipe as mllama
+from zoo.qwen2_vl import recipe as qwen2_vl
+
+RECIPES = {"qwen2_vl": qwen2_vl, "mllama": mllama, "llava": llava}
+
+# bundled config name -> (recipe, model class, expected decoder layer counts)
+REAL = {
+    "Qwen2-VL-2B-Instruct": ("qwen2_vl", "Qwen2VLForConditionalGeneration", {"Qwen2VLDecoderLayer": 28}),
+    "Llama-3.2-11B-Vision-Instruct": ("mllama", "MllamaForConditionalGeneration",
+                                      {"MllamaSelfAttentionDecoderLayer": 32, "MllamaCrossAttentionDecoderLayer": 8}),
+    "llava-1.5-7b-hf": ("llava", "LlavaForConditionalGeneration", {"LlamaDecoderLayer": 32}),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def tiny(name: str, device: str) -> torch.nn.Module:
+    return RECIPES[name].tiny_model().to(device)
+
+
+def image_span(name: str, config, size) -> int:
+    """Tokens one image adds to the text."""
+    if name == "qwen2_vl":
+        return qwen2_vl.image_token_count(config, size) + 2  # vision_start ... vision_end
+    if name == "mllama":
+        return 1
+    return llava.image_token_count(config)
+
+
+def image_token_id(name: str, config) -> int:
+    return config.image_token_index if name in ("mllama", "llava") else config.image_token_id
+
+
+def draw_image_sizes(data, name: str, config, num_images: int):
+    if name == "qwen2_vl":
+        step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+        side = st.integers(1, 3).map(lambda n: n * step)
+        return [data.draw(st.tuples(side, side)) for _ in range(num_images)]
+    if name == "mllama":
+        return [data.draw(st.sampled_from(mllama.supported_image_sizes(config))) for _ in range(num_images)]
+    return None  # fixed by the CLIP config
+
+
+def draw_sample_args(data, name: str, config) -> dict:
+    seq_len = data.draw(st.integers(1, 8), label="seq_len")
+    num_images = data.draw(st.integers(1, 2), label="num_images")
+    return dict(
+        batch_size=data.draw(st.integers(1, 2), label="batch_size"),
+        seq_len=seq_len,
+        num_images=num_images,
+        image_size=draw_image_sizes(data, name, config, num_images),
+        left_padding=data.draw(st.integers(0, seq_len - 1), label="left_padding"),
+        generator=torch.Generator().manual_seed(data.draw(st.integers(0, 2**16), label="seed")),
+    )
+
+
+def check_layout(name: str, config, sample: dict, args: dict) -> None:
+    batch_size, seq_len, num_images = args["batch_size"], args["seq_len"], args["num_images"]
+    sizes = args["image_size"] or [llava.default_image_size(config)] * num_images
+    length = seq_len + sum(image_span(name, config, size) for size in sizes)
+    input_ids, attention_mask = sample["input_ids"], sample["attention_mask"]
+    assert input_ids.shape == attention_mask.shape == (batch_size, length)
+    expected_mask = torch.ones(batch_size, length, dtype=torch.long)
+    expected_mask[0, : args["left_padding"]] = 0
+    assert torch.equal(attention_mask.cpu(), expected_mask)
+    image_tokens = (input_ids == image_token_id(name, config)).sum(-1)
+    per_row = sum(image_span(name, config, size) - (2 if name == "qwen2_vl" else 0) for size in sizes)
+    assert image_tokens.tolist() == [per_row] * batch_size
+    # No image token in the left padding.
+    assert not (input_ids[0, : args["left_padding"]] == image_token_id(name, config)).any()
+
+    if name == "qwen2_vl":
+        vision = config.vision_config
+        grids = [qwen2_vl.image_grid(config, size) for size in sizes] * batch_size
+        assert sample["image_grid_thw"].tolist() == [list(grid) for grid in grids]
+        patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+        assert sample["pixel_values"].shape == (sum(t * h * w for t, h, w in grids), patch_dim)
+        assert torch.equal(sample["mm_token_type_ids"], (input_ids == config.image_token_id).long())
+        starts = (input_ids == config.vision_start_token_id).sum(-1)
+        ends = (input_ids == config.vision_end_token_id).sum(-1)
+        assert starts.tolist() == ends.tolist() == [num_images] * batch_size
+    elif name == "mllama":
+        vision = config.vision_config
+        tiles = vision.max_num_tiles
+        assert sample["pixel_values"].shape == (batch_size, num_images, tiles, vision.num_channels,
+                                                vision.image_size, vision.image_size)
+        counts = [(h // vision.image_size) * (w // vision.image_size) for h, w in sizes]
+        assert sample["aspect_ratio_ids"].tolist() == [[mllama.aspect_ratio_id(config, s) for s in sizes]] * batch_size
+        assert sample["aspect_ratio_mask"].tolist() == [[[1] * c + [0] * (tiles - c) for c in counts]] * batch_size
+        mask = sample["cross_attention_mask"]
+        assert mask.shape == (batch_size, length, num_images, tiles)
+        for row in range(batch_size):
+            positions = (input_ids[row] == config.image_token_index).nonzero().flatten().tolist()
+            assert not mask[row, : positions[0]].any()  # text before the first image sees none
+            for index, position in enumerate(positions):  # an image token sees its own image's tiles
+                assert mask[row, position, index].tolist() == [1] * counts[index] + [0] * (tiles - counts[index])
+            assert mask[row, -1, -1, : counts[-1]].all()  # the last image is seen to the end
+            for index, count in enumerate(counts):  # padding tiles are never attended
+                assert not mask[row, :, index, count:].any()
+    else:
+        vision = config.vision_config
+        assert sample["pixel_values"].shape == (batch_size * num_images, vision.num_channels,
+                                                vision.image_size, vision.image_size)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+@given(data=st.data())
+def test_eager_model_runs_on_sample_and_sees_the_image(name, device, data):
+    model = tiny(name, device)
+    config = model.config
+    args = draw_sample_args(data, name, config)
+    sample = RECIPES[name].build_sample(config, device=device, **args)
+    check_layout(name, config, sample, args)
+
+    other = dict(sample)
+    other["pixel_values"] = sample["pixel_values"] + torch.randn_like(sample["pixel_values"])
+    with torch.no_grad():
+        logits = model(**sample).logits
+        other_logits = model(**other).logits
+    batch_size, length = sample["input_ids"].shape
+    assert logits.shape == (batch_size, length, config.get_text_config().vocab_size)
+    assert torch.isfinite(logits).all()
+
+    changed = (logits - other_logits).abs().amax(-1)  # (batch, length)
+    image_token = image_token_id(name, config)
+    for row in range(batch_size):
+        first = int((sample["input_ids"][row] == image_token).nonzero()[0])
+        # Every token from the first image token on depends on the image.
+        assert (changed[row, first:] > 1e-6).all(), changed[row]
+        if name != "mllama":
+            # Causal: text before the first image does not. (Mllama's text tokens before their image
+            # still cross-attend: transformers' row mask only zeroes the gated MLP, not attention.)
+            assert (changed[row, :first] == 0).all(), changed[row]
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_sample_is_reproducible_and_text_only_is_text_sample(name):
+    config = RECIPES[name].tiny_config()
+    first = RECIPES[name].build_sample(config, batch_size=2, seq_len=5, num_images=2, left_padding=1)
+    second = multimodal_sample(config, batch_size=2, seq_len=5, num_images=2, left_padding=1)  # registered
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[key], second[key]) for key in first)
+    text = RECIPES[name].build_sample(config, batch_size=2, seq_len=5, left_padding=1, multimodal=False,
+                                      generator=torch.Generator().manual_seed(3))
+    expected = sample_input(config, batch_size=2, seq_len=5, left_padding=1,
+                            generator=torch.Generator().manual_seed(3))
+    assert text.keys() == {"input_ids", "attention_mask"}
+    assert all(torch.equal(text[key], expected[key]) for key in text)
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_tiny_model_is_seeded_awake_and_takes_a_class(name):
+    recipe = RECIPES[name]
+    model = recipe.tiny_model(seed=1)
+    again = recipe.tiny_model(seed=1, model_class=recipe.MODEL_CLASS)
+    assert type(model).__name__ == recipe.MODEL_CLASS and not model.training
+    zero = [n for n, p in model.named_parameters() if not p.any()]
+    assert not zero, f"dead parameters: {zero}"
+    for (name_a, a), (name_b, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert name_a == name_b and torch.equal(a, b)
+    assert recipe.tiny_model(dtype=torch.bfloat16).lm_head.weight.dtype == torch.bfloat16
+
+
+def test_bad_arguments_are_refused():
+    qwen, ml, lv = qwen2_vl.tiny_config(), mllama.tiny_config(), llava.tiny_config()
+    with pytest.raises(ValueError, match="left_padding"):
+        qwen2_vl.build_sample(qwen, seq_len=3, left_padding=3)
+    with pytest.raises(ValueError, match="multiple"):
+        qwen2_vl.build_sample(qwen, image_size=(8, 12))
+    with pytest.raises(ValueError, match="one per image"):
+        qwen2_vl.build_sample(qwen, num_images=2, image_size=[(8, 8), (8, 8), (8, 8)])
+    with pytest.raises(ValueError, match="supported aspect ratios"):
+        mllama.build_sample(ml, image_size=(24, 24))  # 3x3 tiles
+    with pytest.raises(ValueError, match="only"):
+        llava.build_sample(lv, image_size=16)
+    with pytest.raises(ValueError, match="num_images"):
+        llava.build_sample(lv, num_images=0)
+
+
+@pytest.mark.parametrize("config_name", sorted(REAL))
+def test_real_config_builds_on_meta_with_its_layers(config_name):
+    name, class_name, expected = REAL[config_name]
+    config = load_config(config_name)
+    assert config.model_type == name
+    model = build_model(getattr(transformers, class_name), config, "meta")
+    counts = collections.Counter(type(module).__name__ for module in model.modules())
+    assert {layer: counts[layer] for layer in expected} == expected
+    targets = RECIPES[name].DEFAULT_TARGETS
+    assert sum(counts[target] for target in targets) == (28 if name == "qwen2_vl" else 32)
+    modeling = sys.modules[type(model).__module__]
+    for entry in RECIPES[name].DEFAULT_IGNORE:  # entries name real modules, methods or functions
+        if entry.startswith("re:"):
+            assert any(re.fullmatch(entry[3:], qualified) for qualified, _ in model.named_modules()), entry
+        else:
+            assert hasattr(modeling, entry) or hasattr(model.model, entry), entry
+
+
+@pytest.mark.parametrize("config_name", sorted(REAL))
+def test_real_config_sample_on_meta(config_name):
+    name, _, _ = REAL[config_name]
+    config = load_config(config_name)
+    sample = multimodal_sample(config, batch_size=2, seq_len=8, num_images=2, left_padding=3, device="meta")
+    assert all(value.device.type == "meta" for value in sample.values())
+    per_image = {
+        "qwen2_vl": 3 * 2 + 2,  # default 56 x 84 px: 4 x 6 patches of 14, merged 2 x 2 -> 6, + 2 markers
+        "mllama": 1,
+        "llava": 576,  # (336 / 14)**2, CLS dropped ("default" strategy)
+    }[name]
+    assert sample["input_ids"].shape == (2, 8 + 2 * per_image)
+    if name == "mllama":
+        assert sample["pixel_values"].shape == (2, 2, 4, 3, 560, 560)
+        assert sample["cross_attention_mask"].shape == (2, 10, 2, 4)
+    elif name == "llava":
+        assert sample["pixel_values"].shape == (4, 3, 336, 336)
+    else:
+        assert sample["pixel_values"].shape == (4 * 24, 3 * 2 * 14 * 14)

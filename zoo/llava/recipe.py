@@ -1,0 +1,221 @@
+"""Llava (1.5) recipe: tiny test models, processor-free multimodal samples and tracing defaults.
+
+What the zoo needs to trace ``LlavaForConditionalGeneration`` into one subgraph per decoder layer,
+and to test that:
+
+- :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (CLIP vision
+  tower, two-layer GELU projector, Llama text model) whose forward takes milliseconds, with no dead
+  path (every all-zero parameter, e.g. the projector and CLIP biases, is woken).
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
+  ``input_ids`` with :func:`image_token_count` ``image_token_index`` tokens per image,
+  ``attention_mask`` and ``pixel_values`` ``(batch_size * num_images, C, S, S)`` (``S =
+  vision_config.image_size``: CLIP has a fixed input size). Registered for ``model_type ==
+  "llava"``.
+- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+
+Sample conventions shared by the three zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's
+span is its run of image tokens, so ``input_ids.shape[1] == seq_len + num_images *
+image_token_count(config)``; ``image_size`` may only repeat the config's size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import transformers
+from transformers import LlavaConfig
+
+from patcher.samples import register_multimodal_sample, text_sample
+
+MODEL_TYPE = "llava"
+MODEL_CLASS = "LlavaForConditionalGeneration"
+
+#: One subgraph per text decoder layer (the text model is a plain Llama).
+DEFAULT_TARGETS: list[str] = ["LlamaDecoderLayer"]
+
+#: Additions to ``patcher.DEFAULT_IGNORE``. The CLIP tower ``model.vision_tower`` and the projector
+#: are no ancestors of a target, so each is a single call anyway; naming them keeps them opaque
+#: whatever the targets. ``get_image_features`` ends with ``list(image_features)`` (iterating a
+#: proxy; the image count would be baked): one opaque call.
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.vision_tower",
+    "re:model\\.multi_modal_projector",
+    "get_image_features",
+]
+
+# Tiny sizes: Llama text hidden 32 (4 heads of 8, 2 kv heads); CLIP 8-px images of 4-px patches
+# (4 patches + CLS), two layers so vision_feature_layer=-2 (the real value) picks the first one.
+_TINY_TEXT = dict(
+    model_type="llama", vocab_size=200, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    bos_token_id=1, eos_token_id=2, pad_token_id=0,
+)
+_TINY_VISION = dict(
+    model_type="clip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    num_attention_heads=2, image_size=8, patch_size=4, projection_dim=16,
+)
+# image_token_index inside the tiny vocabulary (the real 32000 is inside 32064 too).
+_TINY_TOP = dict(image_token_index=196, image_seq_length=4, vision_feature_layer=-2,
+                 vision_feature_select_strategy="default", projector_hidden_act="gelu")
+
+
+def tiny_config(**overrides) -> LlavaConfig:
+    """A tiny ``LlavaConfig``. Overrides: top-level fields, or ``text_config`` / ``vision_config``
+    dicts merged into the tiny defaults."""
+    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
+    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    top = {**_TINY_TOP, **overrides}
+    if "image_seq_length" not in overrides:  # keep the processor's field consistent with the sizes
+        patches = (vision["image_size"] // vision["patch_size"]) ** 2
+        top["image_seq_length"] = patches + (top["vision_feature_select_strategy"] == "full")
+    return LlavaConfig(text_config=text, vision_config=vision, **top)
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+               **overrides) -> torch.nn.Module:
+    """A tiny random model in eval mode: ``LlavaForConditionalGeneration`` unless ``model_class``
+    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
+    to any class with the same module structure."""
+    model_class = _resolve(model_class or MODEL_CLASS)
+    config = tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def image_token_count(config: LlavaConfig) -> int:
+    """Image tokens per image: CLIP yields ``(image_size / patch_size)**2`` patch states plus CLS;
+    ``LlavaModel.get_image_features`` drops CLS (``[:, 1:]``) for ``vision_feature_select_strategy
+    == "default"`` and keeps it for ``"full"`` (576 for llava-1.5 at 336/14)."""
+    vision = config.vision_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    return patches + (1 if config.vision_feature_select_strategy == "full" else 0)
+
+
+def default_image_size(config: LlavaConfig) -> tuple[int, int]:
+    return config.vision_config.image_size, config.vision_config.image_size
+
+
+@register_multimodal_sample(MODEL_TYPE)
+def build_sample(
+    config: LlavaConfig,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    num_images: int = 1,
+    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+    multimodal: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """Inputs for ``LlavaForConditionalGeneration``: ``input_ids`` / ``attention_mask`` ``(B, L)``
+    with ``L = seq_len + num_images * image_token_count(config)``, and ``pixel_values``
+    ``(batch_size * num_images, C, S, S)`` in row-major image order. ``image_size`` must be ``S``
+    (CLIP checks it). ``multimodal=False``: a text-only sample of length ``seq_len``."""
+    if not multimodal:
+        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                           device=device, generator=generator)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    _check_counts(batch_size, seq_len, num_images, left_padding)
+    vision = config.vision_config
+    fixed = default_image_size(config)
+    sizes = _image_sizes(image_size, num_images, fixed)
+    if any(size != fixed for size in sizes):
+        raise ValueError(f"Llava's CLIP tower takes {fixed[0]}x{fixed[1]} images only (got {sizes})")
+
+    spans = [[config.image_token_index] * image_token_count(config)] * num_images
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding,
+                                            [config.image_token_index], generator)
+    pixel_values = torch.randn(batch_size * num_images, vision.num_channels, *fixed, generator=generator)
+    sample = {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values.to(dtype)}
+    return {name: value.to(device) for name, value in sample.items()}
+
+
+# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
+
+
+def _resolve(model_class: type | str) -> type:
+    return getattr(transformers, model_class) if isinstance(model_class, str) else model_class
+
+
+def _wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Give every all-zero parameter a random value, so no path is dead. Biases and norm shifts get
+    small values; scalar gates (none in Llava, but the helper is shared) get a clear opening."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and not parameter.any():
+                if parameter.numel() == 1:
+                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
+                else:
+                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(value.to(parameter.dtype))
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+def _image_sizes(image_size, num_images: int, default) -> list[tuple[int, int]]:
+    """One ``(height, width)`` per image of a row (a pair of ints is always one size)."""
+    if image_size is None:
+        return [_pair(default)] * num_images
+    if isinstance(image_size, int) or (len(image_size) == 2 and all(isinstance(v, int) for v in image_size)):
+        return [_pair(image_size)] * num_images
+    sizes = [_pair(size) for size in image_size]
+    if len(sizes) != num_images:
+        raise ValueError(f"image_size lists {len(sizes)} sizes for num_images={num_images}: give one per image")
+    return sizes
+
+
+def _check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
+    if batch_size < 1 or num_images < 1:
+        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
+                         "use multimodal=False for a text-only sample")
+    if not 0 <= left_padding < seq_len:
+        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+
+
+def _pad_token_id(config) -> int:
+    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,
+                special: list[int | None], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` text tokens (row 0 starts with
+    ``left_padding`` pads) with the image ``spans`` inserted in order at random text positions."""
+    vocab_size = config.get_text_config().vocab_size
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[[token for token in special if token is not None and 0 <= token < vocab_size]] = False
+    text_pool = allowed.nonzero().flatten()
+    pad = _pad_token_id(config)
+    rows, masks = [], []
+    for row in range(batch_size):
+        padding = left_padding if row == 0 else 0
+        num_text = seq_len - padding
+        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
+        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
+        tokens, previous = [pad] * padding, 0
+        for cut, span in zip(cuts, spans):
+            tokens += text[previous:cut] + span
+            previous = cut
+        tokens += text[previous:]
+        rows.append(tokens)
+        masks.append([0] * padding + [1] * (len(tokens) - padding))
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+
+
+__all__ = [
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "image_token_count", "tiny_config", "tiny_model",
+]

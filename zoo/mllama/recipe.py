@@ -1,0 +1,296 @@
+"""Mllama (Llama 3.2 Vision) recipe: tiny test models, processor-free multimodal samples and
+tracing defaults.
+
+What the zoo needs to trace ``MllamaForConditionalGeneration`` into one subgraph per decoder
+layer, and to test that:
+
+- :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (tiled vision
+  encoder with local and gated global layers, self-attention decoder layers with one
+  cross-attention layer between them) whose forward takes milliseconds. Every all-zero parameter is
+  woken: the cross-attention layer's ``cross_attn_attn_gate`` / ``cross_attn_mlp_gate`` and the
+  vision tile-embedding gates are zero-initialised, so without waking the image would not change
+  the output at all.
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
+  ``input_ids`` with one ``<|image|>`` token (``image_token_index``) per image, ``attention_mask``,
+  ``pixel_values`` ``(B, num_images, max_num_tiles, C, H, W)`` (unused tiles zero, as the processor
+  pads them), ``aspect_ratio_ids`` ``(B, num_images)``, ``aspect_ratio_mask``
+  ``(B, num_images, max_num_tiles)`` and ``cross_attention_mask`` ``(B, L, num_images,
+  max_num_tiles)`` built with the processor's own functions (from an image token on, text attends
+  to that image's valid tiles, up to the next image token; consecutive image tokens share the rest
+  of the text). Registered for ``model_type == "mllama"``.
+- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque. The
+  cross-attention layers are an opt-in target (:data:`CROSS_ATTENTION_TARGETS`): they are skipped
+  on text-only inputs, so a text-only calibration never reaches them.
+
+Sample conventions shared by the three zoo recipes: see ``zoo.qwen2_vl.recipe``. Here: an image's
+span is its single ``<|image|>`` token, so ``input_ids.shape[1] == seq_len + num_images``, and
+``image_size`` ``(height, width)`` must be a whole number of tiles (``vision_config.image_size``)
+each way, ``(rows * tile, cols * tile)`` with ``[rows, cols]`` one of the config's
+``supported_aspect_ratios``; its aspect ratio id is that index + 1 and it has ``rows * cols``
+valid tiles.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import transformers
+from transformers import MllamaConfig
+from transformers.models.mllama.processing_mllama import (
+    convert_sparse_cross_attention_mask_to_dense,
+    get_cross_attention_token_mask,
+)
+
+from patcher.samples import register_multimodal_sample, text_sample
+
+MODEL_TYPE = "mllama"
+MODEL_CLASS = "MllamaForConditionalGeneration"
+
+#: One subgraph per self-attention decoder layer; the cross-attention layers stay inside them.
+DEFAULT_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer"]
+#: Opt-in: add these to cut at the cross-attention layers too (they only run when an image, or a
+#: cache holding one, is given).
+CROSS_ATTENTION_TARGETS: list[str] = ["MllamaCrossAttentionDecoderLayer"]
+ALL_DECODER_TARGETS: list[str] = DEFAULT_TARGETS + CROSS_ATTENTION_TARGETS
+
+#: Additions to ``patcher.DEFAULT_IGNORE``. The vision model ``model.vision_model`` is no ancestor
+#: of a target, so it is a single call anyway; naming it keeps it opaque whatever the targets.
+#: ``_prepare_cross_attention_mask`` unpacks the mask's shape with a star and builds the inverted
+#: mask: one opaque call. (``MllamaModel.forward``'s ``if cross_attention_mask.shape[1] != seq_len``
+#: is a shape branch that needs a rewrite, not an ignore entry.)
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.vision_model",
+    "_prepare_cross_attention_mask",
+]
+
+# Tiny sizes: text hidden 32 (4 heads of 8, 2 kv heads), three layers with the cross-attention
+# layer in the middle (the real model has it at 3, 8, ..., 38 of 40). Vision: 8-px tiles of 4-px
+# patches (4 patches + CLS = 5, padded to 8 inside the encoder), the real default tiling (4 tiles,
+# 8 aspect ratios); vision_output_dim = hidden * (1 + len(intermediate_layers_indices)).
+_TINY_TEXT = dict(
+    vocab_size=200, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=256, cross_attention_layers=[1],
+    bos_token_id=1, eos_token_id=2, pad_token_id=0,
+)
+_TINY_VISION = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+    image_size=8, patch_size=4, max_num_tiles=4, intermediate_layers_indices=[0, 1], vision_output_dim=48,
+)
+
+
+def tiny_config(**overrides) -> MllamaConfig:
+    """A tiny ``MllamaConfig``. Overrides: top-level fields, or ``text_config`` / ``vision_config``
+    dicts merged into the tiny defaults. As in the real model, ``image_token_index`` is
+    ``text vocab_size`` (the embedding table has ``vocab_size + 8`` rows; the LM head has
+    ``vocab_size``)."""
+    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
+    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    if "vision_output_dim" not in vision or vision["vision_output_dim"] is None:
+        vision["vision_output_dim"] = vision["hidden_size"] * (1 + len(vision["intermediate_layers_indices"]))
+    overrides.setdefault("image_token_index", text["vocab_size"])
+    return MllamaConfig(text_config=text, vision_config=vision, **overrides)
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+               **overrides) -> torch.nn.Module:
+    """A tiny random model in eval mode: ``MllamaForConditionalGeneration`` unless ``model_class``
+    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
+    to any class with the same module structure."""
+    model_class = _resolve(model_class or MODEL_CLASS)
+    config = tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def aspect_ratio(config: MllamaConfig, image_size: int | Sequence[int]) -> tuple[int, int]:
+    """``(rows, cols)`` of tiles of an image of pixel size ``image_size``; checked against the
+    config's supported aspect ratios."""
+    vision = config.vision_config
+    height, width = _pair(image_size)
+    tile = vision.image_size
+    if height <= 0 or width <= 0 or height % tile or width % tile:
+        raise ValueError(f"Mllama image size {(height, width)} must be whole tiles of {tile} px each way")
+    ratio = [height // tile, width // tile]
+    if ratio not in [list(r) for r in vision.supported_aspect_ratios]:
+        raise ValueError(
+            f"Mllama image size {(height, width)} is {ratio[0]}x{ratio[1]} tiles, not one of the supported "
+            f"aspect ratios {vision.supported_aspect_ratios}"
+        )
+    return ratio[0], ratio[1]
+
+
+def aspect_ratio_id(config: MllamaConfig, image_size: int | Sequence[int]) -> int:
+    """1 + the index of the image's aspect ratio in ``supported_aspect_ratios`` (0 means no image)."""
+    ratios = [list(r) for r in config.vision_config.supported_aspect_ratios]
+    return ratios.index(list(aspect_ratio(config, image_size))) + 1
+
+
+def supported_image_sizes(config: MllamaConfig) -> list[tuple[int, int]]:
+    """Every valid ``image_size``: one per supported aspect ratio."""
+    tile = config.vision_config.image_size
+    return [(rows * tile, cols * tile) for rows, cols in config.vision_config.supported_aspect_ratios]
+
+
+def image_token_count(config: MllamaConfig, image_size: int | Sequence[int] | None = None) -> int:
+    """One ``<|image|>`` token per image, whatever its size (the vision states reach the text by
+    cross-attention: ``tiles * ((tile / patch)**2 + 1)`` states per image)."""
+    if image_size is not None:
+        aspect_ratio(config, image_size)
+    return 1
+
+
+def default_image_size(config: MllamaConfig) -> tuple[int, int]:
+    """One row of two tiles: some of the ``max_num_tiles`` tiles are padding."""
+    tile = config.vision_config.image_size
+    return tile, 2 * tile
+
+
+@register_multimodal_sample(MODEL_TYPE)
+def build_sample(
+    config: MllamaConfig,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    num_images: int = 1,
+    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+    multimodal: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """Inputs for ``MllamaForConditionalGeneration`` (see the module docstring); ``L = seq_len +
+    num_images``. ``multimodal=False``: a text-only sample of length ``seq_len``."""
+    if not multimodal:
+        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                           device=device, generator=generator)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    _check_counts(batch_size, seq_len, num_images, left_padding)
+    sizes = _image_sizes(image_size, num_images, default_image_size(config))
+    ratios = [aspect_ratio(config, size) for size in sizes]
+    ratio_ids = [aspect_ratio_id(config, size) for size in sizes]
+    tiles = [rows * cols for rows, cols in ratios]
+
+    image_token = config.image_token_index
+    spans = [[image_token]] * num_images
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding, [image_token],
+                                            generator)
+
+    vision = config.vision_config
+    max_tiles, tile = vision.max_num_tiles, vision.image_size
+    pixel_values = torch.zeros(batch_size, num_images, max_tiles, vision.num_channels, tile, tile)
+    aspect_ratio_mask = torch.zeros(batch_size, num_images, max_tiles, dtype=torch.long)
+    aspect_ratio_mask[:, :, 0] = 1  # as the processor does (its padding images count one tile)
+    for index, count in enumerate(tiles):
+        pixel_values[:, index, :count] = torch.randn(batch_size, count, vision.num_channels, tile, tile,
+                                                     generator=generator)
+        aspect_ratio_mask[:, index, :count] = 1
+    aspect_ratio_ids = torch.tensor([ratio_ids] * batch_size, dtype=torch.long)
+
+    # Exactly as MllamaProcessor: sparse [start, end) ranges from the image tokens, then dense.
+    token_masks = [get_cross_attention_token_mask(row, image_token) for row in input_ids.tolist()]
+    cross_attention_mask = torch.from_numpy(
+        convert_sparse_cross_attention_mask_to_dense(
+            token_masks, num_tiles=[tiles] * batch_size, max_num_tiles=max_tiles, length=input_ids.shape[1]
+        )
+    )
+    sample = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "pixel_values": pixel_values.to(dtype),
+        "aspect_ratio_ids": aspect_ratio_ids,
+        "aspect_ratio_mask": aspect_ratio_mask,
+        "cross_attention_mask": cross_attention_mask,
+    }
+    return {name: value.to(device) for name, value in sample.items()}
+
+
+# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
+
+
+def _resolve(model_class: type | str) -> type:
+    return getattr(transformers, model_class) if isinstance(model_class, str) else model_class
+
+
+def _wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Give every all-zero parameter a random value, so no path is dead. Biases and norm shifts get
+    small values; scalar gates (Mllama's tanh gates) get a clear opening, tanh(0.5..1) ~ 0.46..0.76:
+    with ``0.02 * randn`` they would pass ~1% of the image's contribution."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and not parameter.any():
+                if parameter.numel() == 1:
+                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
+                else:
+                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(value.to(parameter.dtype))
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+def _image_sizes(image_size, num_images: int, default) -> list[tuple[int, int]]:
+    """One ``(height, width)`` per image of a row (a pair of ints is always one size)."""
+    if image_size is None:
+        return [_pair(default)] * num_images
+    if isinstance(image_size, int) or (len(image_size) == 2 and all(isinstance(v, int) for v in image_size)):
+        return [_pair(image_size)] * num_images
+    sizes = [_pair(size) for size in image_size]
+    if len(sizes) != num_images:
+        raise ValueError(f"image_size lists {len(sizes)} sizes for num_images={num_images}: give one per image")
+    return sizes
+
+
+def _check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
+    if batch_size < 1 or num_images < 1:
+        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
+                         "use multimodal=False for a text-only sample")
+    if not 0 <= left_padding < seq_len:
+        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+
+
+def _pad_token_id(config) -> int:
+    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,
+                special: list[int | None], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` text tokens (row 0 starts with
+    ``left_padding`` pads) with the image ``spans`` inserted in order at random text positions."""
+    vocab_size = config.get_text_config().vocab_size
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[[token for token in special if token is not None and 0 <= token < vocab_size]] = False
+    text_pool = allowed.nonzero().flatten()
+    pad = _pad_token_id(config)
+    rows, masks = [], []
+    for row in range(batch_size):
+        padding = left_padding if row == 0 else 0
+        num_text = seq_len - padding
+        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
+        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
+        tokens, previous = [pad] * padding, 0
+        for cut, span in zip(cuts, spans):
+            tokens += text[previous:cut] + span
+            previous = cut
+        tokens += text[previous:]
+        rows.append(tokens)
+        masks.append([0] * padding + [1] * (len(tokens) - padding))
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+
+
+__all__ = [
+    "ALL_DECODER_TARGETS", "CROSS_ATTENTION_TARGETS", "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS",
+    "MODEL_TYPE", "aspect_ratio", "aspect_ratio_id", "build_sample", "default_image_size", "image_token_count",
+    "supported_image_sizes", "tiny_config", "tiny_model",
+]

@@ -1,0 +1,260 @@
+"""Qwen2-VL recipe: tiny test models, processor-free multimodal samples and tracing defaults.
+
+What the zoo needs to trace ``Qwen2VLForConditionalGeneration`` into one subgraph per decoder
+layer, and to test that:
+
+- :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (vision tower,
+  patch merger, M-RoPE) whose forward takes milliseconds, with no dead path (every all-zero
+  parameter is woken).
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
+  ``input_ids`` with ``<|vision_start|>`` + one ``image_token_id`` per merged patch +
+  ``<|vision_end|>`` per image, ``attention_mask``, ``mm_token_type_ids`` (required by
+  transformers 5 whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and
+  ``image_grid_thw``. Registered for ``model_type == "qwen2_vl"`` so
+  ``patcher.samples.multimodal_sample`` finds it.
+- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+
+Sample conventions shared by the three zoo recipes (qwen2_vl, mllama, llava):
+
+- ``seq_len`` is the *text* length, left padding included and the image spans excluded: each image
+  adds its span to it, so ``input_ids.shape[1] == seq_len + num_images * span``. For Qwen2-VL the
+  span of an image of ``t x h x w`` patches is ``t*h*w / spatial_merge_size**2`` image tokens plus
+  the two ``vision_start`` / ``vision_end`` markers.
+- every row holds ``num_images`` images, at random positions among its text tokens (after the left
+  padding, which only row 0 gets); pixel values are in row-major image order, the order of the
+  image tokens in ``input_ids``.
+- ``image_size`` is the image's pixel size ``(height, width)`` (an int for a square), or a list of
+  those, one per image of a row; Qwen2-VL takes any size that is a multiple of
+  ``patch_size * spatial_merge_size`` (the processor's resized sizes are).
+- ``generator=None`` uses a fresh generator seeded with 0, so multimodal samples are reproducible.
+- ``multimodal=False`` returns exactly ``patcher.samples.text_sample(config, batch_size=...,
+  seq_len=..., left_padding=..., device=..., generator=...)`` (its own ``generator=None`` rule).
+- ``device="meta"``: built on CPU and moved to ``meta`` (tracing needs shapes, not values).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import transformers
+from transformers import Qwen2VLConfig
+
+from patcher.samples import register_multimodal_sample, text_sample
+
+MODEL_TYPE = "qwen2_vl"
+MODEL_CLASS = "Qwen2VLForConditionalGeneration"
+
+#: One subgraph per text decoder layer.
+DEFAULT_TARGETS: list[str] = ["Qwen2VLDecoderLayer"]
+
+#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
+#: builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
+#: call anyway; naming it keeps it opaque whatever the targets. ``get_image_features`` /
+#: ``get_video_features`` split the merged patches per image with ``.tolist()`` split sizes (the
+#: number of chunks depends on the input): traced through, the chunk count would be baked.
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.visual",
+    "get_rope_index",
+    "get_image_features",
+    "get_video_features",
+]
+
+# Tiny sizes: hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 12/2), M-RoPE sections
+# summing to head_dim / 2 like the real [16, 24, 24] over 128; vision patches of 4 px.
+_TINY_TEXT = dict(
+    vocab_size=200, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1000000.0},
+    bos_token_id=1, eos_token_id=2, pad_token_id=0,
+)
+_TINY_VISION = dict(
+    depth=2, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2, in_channels=3, patch_size=4,
+    temporal_patch_size=2, spatial_merge_size=2,
+)
+# Special ids inside the tiny vocabulary, in the real order (151652..151656).
+_TINY_TOP = dict(vision_start_token_id=190, vision_end_token_id=191, image_token_id=193, video_token_id=194)
+
+
+def tiny_config(**overrides) -> Qwen2VLConfig:
+    """A tiny ``Qwen2VLConfig``. Overrides: top-level fields, or ``text_config`` / ``vision_config``
+    dicts merged into the tiny defaults."""
+    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
+    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    if vision["hidden_size"] != text["hidden_size"]:
+        raise ValueError("vision_config.hidden_size is the merger's output size: it must equal the text hidden_size")
+    return Qwen2VLConfig(text_config=text, vision_config=vision, **{**_TINY_TOP, **overrides})
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+               **overrides) -> torch.nn.Module:
+    """A tiny random model in eval mode: ``Qwen2VLForConditionalGeneration`` unless ``model_class``
+    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
+    to any class with the same module structure."""
+    model_class = _resolve(model_class or MODEL_CLASS)
+    config = tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def image_grid(config: Qwen2VLConfig, image_size: int | Sequence[int]) -> tuple[int, int, int]:
+    """The ``(t, h, w)`` patch grid of one image of pixel size ``image_size``."""
+    vision = config.vision_config
+    height, width = _pair(image_size)
+    step = vision.patch_size * vision.spatial_merge_size
+    if height <= 0 or width <= 0 or height % step or width % step:
+        raise ValueError(
+            f"Qwen2-VL image size {(height, width)} must be positive multiples of patch_size * spatial_merge_size "
+            f"= {step} (the processor resizes images to such sizes)"
+        )
+    return 1, height // vision.patch_size, width // vision.patch_size
+
+
+def image_token_count(config: Qwen2VLConfig, image_size: int | Sequence[int]) -> int:
+    """Image tokens of one image: ``t*h*w / spatial_merge_size**2`` (the markers not included)."""
+    t, h, w = image_grid(config, image_size)
+    return t * h * w // config.vision_config.spatial_merge_size**2
+
+
+def default_image_size(config: Qwen2VLConfig) -> tuple[int, int]:
+    """Two by three merged patches: small, and not square (a height/width mix-up shows)."""
+    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    return 2 * step, 3 * step
+
+
+@register_multimodal_sample(MODEL_TYPE)
+def build_sample(
+    config: Qwen2VLConfig,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    num_images: int = 1,
+    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+    multimodal: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """Inputs for ``Qwen2VLForConditionalGeneration``: ``input_ids``, ``attention_mask``,
+    ``mm_token_type_ids`` ``(B, L)``; ``pixel_values`` ``(sum(t*h*w), C*temporal_patch*patch*patch)``;
+    ``image_grid_thw`` ``(batch_size * num_images, 3)``. ``L = seq_len + num_images * span`` (see
+    the module docstring). ``multimodal=False``: a text-only sample of length ``seq_len``."""
+    if not multimodal:
+        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                           device=device, generator=generator)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    _check_counts(batch_size, seq_len, num_images, left_padding)
+    sizes = _image_sizes(image_size, num_images, default_image_size(config))
+    grids = [image_grid(config, size) for size in sizes]
+    merge = config.vision_config.spatial_merge_size
+    spans = [
+        [config.vision_start_token_id] + [config.image_token_id] * (t * h * w // merge**2) + [config.vision_end_token_id]
+        for t, h, w in grids
+    ]
+    special = [config.image_token_id, config.video_token_id, config.vision_start_token_id,
+               config.vision_end_token_id, getattr(config, "vision_token_id", None)]
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding, special, generator)
+    mm_token_type_ids = (input_ids == config.image_token_id).long()
+
+    vision = config.vision_config
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    image_grid_thw = torch.tensor(grids * batch_size, dtype=torch.long)
+    num_patches = int(image_grid_thw.prod(-1).sum())
+    pixel_values = torch.randn(num_patches, patch_dim, generator=generator).to(dtype)
+    sample = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "mm_token_type_ids": mm_token_type_ids,
+        "pixel_values": pixel_values,
+        "image_grid_thw": image_grid_thw,
+    }
+    return {name: value.to(device) for name, value in sample.items()}
+
+
+# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
+
+
+def _resolve(model_class: type | str) -> type:
+    return getattr(transformers, model_class) if isinstance(model_class, str) else model_class
+
+
+def _wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Give every all-zero parameter a random value, so no path is dead. Biases and norm shifts get
+    small values; scalar gates (none in Qwen2-VL, but the helper is shared) get a clear opening."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and not parameter.any():
+                if parameter.numel() == 1:
+                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
+                else:
+                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(value.to(parameter.dtype))
+
+
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+def _image_sizes(image_size, num_images: int, default) -> list[tuple[int, int]]:
+    """One ``(height, width)`` per image of a row."""
+    if image_size is None:
+        return [_pair(default)] * num_images
+    if isinstance(image_size, int) or (len(image_size) == 2 and all(isinstance(v, int) for v in image_size)):
+        return [_pair(image_size)] * num_images
+    sizes = [_pair(size) for size in image_size]
+    if len(sizes) != num_images:
+        raise ValueError(f"image_size lists {len(sizes)} sizes for num_images={num_images}: give one per image")
+    return sizes
+
+
+def _check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
+    if batch_size < 1 or num_images < 1:
+        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
+                         "use multimodal=False for a text-only sample")
+    if not 0 <= left_padding < seq_len:
+        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+
+
+def _pad_token_id(config) -> int:
+    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,
+                special: list[int | None], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` text tokens (row 0 starts with
+    ``left_padding`` pads) with the image ``spans`` inserted in order at random text positions."""
+    vocab_size = config.get_text_config().vocab_size
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[[token for token in special if token is not None and 0 <= token < vocab_size]] = False
+    text_pool = allowed.nonzero().flatten()
+    pad = _pad_token_id(config)
+    rows, masks = [], []
+    for row in range(batch_size):
+        padding = left_padding if row == 0 else 0
+        num_text = seq_len - padding
+        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
+        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
+        tokens, previous = [pad] * padding, 0
+        for cut, span in zip(cuts, spans):
+            tokens += text[previous:cut] + span
+            previous = cut
+        tokens += text[previous:]
+        rows.append(tokens)
+        masks.append([0] * padding + [1] * (len(tokens) - padding))
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+
+
+__all__ = [
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "image_grid", "image_token_count", "tiny_config", "tiny_model",
+]
