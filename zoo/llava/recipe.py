@@ -31,6 +31,19 @@ from patcher.samples import register_multimodal_sample, text_sample
 MODEL_TYPE = "llava"
 MODEL_CLASS = "LlavaForConditionalGeneration"
 
+# -- generation: what the patcher is given beyond its defaults ------------------------------
+#: The modeling module the zoo entry is generated from.
+SOURCE_MODULE = "transformers.models.llava.modeling_llava"
+#: zoo export name -> class of the generated module (same name as the original class).
+EXPORTS = {
+    "TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
+    "TraceableLlavaModel": "LlavaModel",
+}
+#: Module classes the patcher must never hide inside wrapped code.
+PATCH_TARGETS: list[str] = ["LlamaDecoderLayer"]
+#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
+PATCH_IGNORE: list[str] = []
+
 #: One subgraph per text decoder layer (the text model is a plain Llama).
 DEFAULT_TARGETS: list[str] = ["LlamaDecoderLayer"]
 

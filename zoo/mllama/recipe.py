@@ -47,6 +47,19 @@ from patcher.samples import register_multimodal_sample, text_sample
 MODEL_TYPE = "mllama"
 MODEL_CLASS = "MllamaForConditionalGeneration"
 
+# -- generation: what the patcher is given beyond its defaults ------------------------------
+#: The modeling module the zoo entry is generated from.
+SOURCE_MODULE = "transformers.models.mllama.modeling_mllama"
+#: zoo export name -> class of the generated module (same name as the original class).
+EXPORTS = {
+    "TraceableMllamaForConditionalGeneration": "MllamaForConditionalGeneration",
+    "TraceableMllamaModel": "MllamaModel",
+}
+#: Module classes the patcher must never hide inside wrapped code.
+PATCH_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"]
+#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
+PATCH_IGNORE: list[str] = []
+
 #: One subgraph per self-attention decoder layer; the cross-attention layers stay inside them.
 DEFAULT_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer"]
 #: Opt-in: add these to cut at the cross-attention layers too (they only run when an image, or a

@@ -45,6 +45,19 @@ from patcher.samples import register_multimodal_sample, text_sample
 MODEL_TYPE = "qwen2_vl"
 MODEL_CLASS = "Qwen2VLForConditionalGeneration"
 
+# -- generation: what the patcher is given beyond its defaults ------------------------------
+#: The modeling module the zoo entry is generated from.
+SOURCE_MODULE = "transformers.models.qwen2_vl.modeling_qwen2_vl"
+#: zoo export name -> class of the generated module (same name as the original class).
+EXPORTS = {
+    "TraceableQwen2VLForConditionalGeneration": "Qwen2VLForConditionalGeneration",
+    "TraceableQwen2VLModel": "Qwen2VLModel",
+}
+#: Module classes the patcher must never hide inside wrapped code.
+PATCH_TARGETS: list[str] = ["Qwen2VLDecoderLayer"]
+#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
+PATCH_IGNORE: list[str] = []
+
 #: One subgraph per text decoder layer.
 DEFAULT_TARGETS: list[str] = ["Qwen2VLDecoderLayer"]
 

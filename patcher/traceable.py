@@ -1,0 +1,231 @@
+"""Generated traceable modules: ``load_traceable`` and trace-guided ``repair``.
+
+``load_traceable(cls)`` patches the modeling file that defines ``cls``, writes the result into a
+cache directory, imports it, and returns the class of the same name: ready to build from a
+config or ``from_pretrained`` the same checkpoints.
+
+``repair(cls, config, sample, targets)`` closes the loop with the tracer: it traces the patched
+class, maps each failure back to the statement in the original source, asks the patcher to
+rewrite that statement, and repeats until the model traces or no rule fits. Then it reports every
+remaining blocker at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable, Mapping, Sequence
+
+from .models import build_model, resolve_model_class
+from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
+from .trace.diagnose import UntraceableConstruct, diagnose
+
+
+def cache_root() -> Path:
+    """``$TRACEZOO_CACHE``, else ``~/.cache/tracezoo``."""
+    return Path(os.environ.get("TRACEZOO_CACHE") or Path.home() / ".cache" / "tracezoo")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def import_generated(code: str, stem: str, directory: Path | None = None) -> ModuleType:
+    """Write ``code`` to ``<directory>/<stem>_<hash>.py`` (once) and import it.
+
+    The content hash in the name lets different variants of one modeling file coexist.
+    """
+    digest = hashlib.sha256(code.encode()).hexdigest()[:12]
+    module_name = f"_tracezoo_generated_{stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = (directory or cache_root() / "generated") / f"{stem}_{digest}.py"
+    if not path.is_file() or path.read_text(encoding="utf-8") != code:
+        _write_atomic(path, code)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return adopt_library_loading(module)
+
+
+def _library_code(cls) -> bool:
+    return False
+
+
+def adopt_library_loading(module: ModuleType) -> ModuleType:
+    """Make the generated classes load checkpoints exactly like transformers' own classes.
+
+    transformers applies its checkpoint key conversions (e.g. Llava's legacy
+    ``language_model.model.*`` keys) only to classes defined under ``transformers.``; anything else
+    counts as custom code and loads without them, leaving weights uninitialised. Generated modules
+    are the library's code, rewritten, so they answer ``is_custom_code() -> False``.
+    """
+    from transformers import PreTrainedModel
+
+    for value in vars(module).values():
+        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__:
+            value.is_custom_code = classmethod(_library_code)
+    return module
+
+
+def _source_of(cls: type) -> tuple[str, str, str]:
+    module = sys.modules[cls.__module__]
+    path = inspect.getsourcefile(module)
+    return Path(path).read_text(encoding="utf-8"), cls.__module__, path
+
+
+def load_traceable(
+    model_class: str | type,
+    *,
+    targets: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    locations: Sequence[tuple] = (),
+    cache_dir: str | os.PathLike | None = None,
+) -> type:
+    """Return a traceable variant of ``model_class``: same name, same config class, same weights.
+
+    ``targets`` are never hidden inside wrapped code; ``ignore`` names extra functions or
+    methods to wrap; ``locations`` are ``(line, rule)`` pairs of the original file to rewrite
+    (``repair`` fills them). The patch result (manifest, rewrites, blockers) is attached as
+    ``cls.__tracezoo_patch__``.
+
+    >>> cls = load_traceable("LlavaForConditionalGeneration")  # doctest: +SKIP
+    >>> cls.__name__, cls.__module__.startswith("_tracezoo_generated_modeling_llava")  # doctest: +SKIP
+    ('LlavaForConditionalGeneration', True)
+    """
+    from .rewrite import patch_source
+
+    cls = resolve_model_class(model_class)
+    source, module_name, path = _source_of(cls)
+    result = patch_source(source, module_name=module_name, source_path=path, targets=targets, ignore=ignore,
+                          locations=locations)
+    directory = Path(cache_dir) if cache_dir is not None else None
+    module = import_generated(result.code, Path(path).stem, directory)
+    traceable = getattr(module, cls.__name__)
+    traceable.__tracezoo_patch__ = result
+    return traceable
+
+
+@dataclass
+class RepairStep:
+    construct: UntraceableConstruct
+    original_line: int | None
+    action: str
+
+
+@dataclass
+class RepairResult:
+    """The outcome of ``repair``: the traceable class (or None) and what it took."""
+
+    model_class: type | None
+    steps: list[RepairStep] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+    locations: list[tuple] = field(default_factory=list)
+
+    @property
+    def traced(self) -> bool:
+        return self.model_class is not None and not self.blockers
+
+    def report(self) -> str:
+        lines = [f"{len(self.steps)} trace-guided rewrite round(s)"]
+        lines += [f"  - {step.construct.location} {step.construct.kind.name}: {step.action}" for step in self.steps]
+        if self.blockers:
+            lines.append(f"{len(self.blockers)} blocker(s) remain:")
+            lines += [f"  {blocker}" for blocker in self.blockers]
+        else:
+            lines.append("the model traces")
+        return "\n".join(lines)
+
+
+def _original_line(source: str, generated: str, lineno: int) -> int | None:
+    """Map a line of generated code to the original: untouched lines are byte-identical."""
+    matcher = difflib.SequenceMatcher(None, source.splitlines(), generated.splitlines(), autojunk=False)
+    for tag, i1, _, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" and j1 <= lineno - 1 < j2:
+            return i1 + (lineno - 1 - j1) + 1
+    return None
+
+
+def _innermost_frame_in(exc: BaseException, filename: str) -> int | None:
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == filename]
+    return frames[-1].lineno if frames else None
+
+
+def repair(
+    model_class: str | type,
+    config,
+    sample_input: Mapping[str, Any],
+    sequential_targets: Iterable[str] | str,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    max_rounds: int = 12,
+    cache_dir: str | os.PathLike | None = None,
+) -> RepairResult:
+    """Patch, trace, map the failure to the original source, rewrite it, repeat.
+
+    The model is built on the ``meta`` device from ``config``; ``sample_input`` only needs the
+    right keys and shapes. Stops when the model traces, when a failure repeats at a line already
+    rewritten, or when the failure lies outside the patched file and no statement of the patched
+    file leads to it.
+    """
+    cls = resolve_model_class(model_class)
+    source, _, _ = _source_of(cls)
+    targets = [sequential_targets] if isinstance(sequential_targets, str) else list(sequential_targets)
+    target_classes = [target for target in targets if not target.startswith("re:")]
+    result = RepairResult(model_class=None)
+    tried: set[int] = set()
+    for _ in range(max_rounds):
+        traceable = load_traceable(cls, targets=target_classes, locations=result.locations, cache_dir=cache_dir)
+        generated_file = inspect.getsourcefile(sys.modules[traceable.__module__])
+        generated = Path(generated_file).read_text(encoding="utf-8")
+        model = build_model(traceable, config, device="meta")
+        try:
+            trace_graph(model, sample_input, targets, ignore)
+        except UntraceableCodeError as error:
+            construct = error.construct
+            original_exc = error.__cause__ or error
+            if construct.filename == generated_file:
+                line_in_generated = construct.lineno
+                action = f"rewrite with {construct.kind.rule}"
+            else:
+                # The construct is in another file; wrap the statement of ours that leads there.
+                line_in_generated = _innermost_frame_in(original_exc, generated_file)
+                action = f"wrap the call at this file's line that reaches {construct.location}"
+            original = _original_line(source, generated, line_in_generated) if line_in_generated else None
+            if original is None or original in tried or not construct.kind.rule:
+                reason = ("already rewritten, still untraceable" if original in tried else
+                          "inside code the patcher generated" if line_in_generated and original is None else
+                          "no rule applies")
+                result.blockers.append(f"{construct.describe()}\n  repair stopped: {reason}")
+                result.model_class = traceable
+                return result
+            tried.add(original)
+            result.locations.append((original, construct.kind.rule))
+            result.steps.append(RepairStep(construct, original, action))
+            continue
+        result.model_class = traceable
+        return result
+    result.blockers.append(f"gave up after {max_rounds} rounds")
+    return result

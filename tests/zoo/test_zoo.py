@@ -1,0 +1,189 @@
+"""The zoo: traceable classes are drop-ins for the originals and compute the same numbers."""
+
+import warnings
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import zoo
+from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
+from patcher.models import build_model, load_config
+from zoo._entries import ENTRIES, recipe
+
+TRACEABLE = {
+    "qwen2_vl": "TraceableQwen2VLForConditionalGeneration",
+    "mllama": "TraceableMllamaForConditionalGeneration",
+    "llava": "TraceableLlavaForConditionalGeneration",
+}
+
+
+def ignore_for(entry):
+    return DEFAULT_IGNORE + tuple(recipe(entry).DEFAULT_IGNORE)
+
+
+def targets_for(entry, multimodal):
+    spec = recipe(entry)
+    # Mllama's cross-attention layers only run with an image: cut at them too when there is one.
+    return getattr(spec, "ALL_DECODER_TARGETS", spec.DEFAULT_TARGETS) if multimodal else spec.DEFAULT_TARGETS
+
+
+_MODELS: dict = {}
+
+
+def models(entry, device="cpu"):
+    """(original, traceable) tiny models with the same weights."""
+    key = (entry, device)
+    if key not in _MODELS:
+        spec = recipe(entry)
+        original = spec.tiny_model().to(device)
+        traceable = spec.tiny_model(model_class=getattr(zoo, TRACEABLE[entry])).to(device)
+        traceable.load_state_dict(original.state_dict())
+        _MODELS[key] = original, traceable
+    return _MODELS[key]
+
+
+_TRACED: dict = {}
+
+
+def traced(entry, multimodal, device="cpu"):
+    """Trace once per entry, mode and device, on a fixed sample; the tests vary the inputs."""
+    key = (entry, multimodal, device)
+    if key not in _TRACED:
+        _, traceable = models(entry, device)
+        sample = recipe(entry).build_sample(traceable.config, batch_size=2, seq_len=5, num_images=1, left_padding=1,
+                                            multimodal=multimodal, device=device)
+        targets = targets_for(entry, multimodal)
+        _TRACED[key] = (trace_subgraphs(traceable, sample, targets, ignore=ignore_for(entry)),
+                        trace_graph(traceable, sample, targets, ignore=ignore_for(entry)))
+    return _TRACED[key]
+
+
+@st.composite
+def zoo_inputs(draw, entry):
+    batch_size = draw(st.integers(1, 2))
+    seq_len = draw(st.integers(2, 8))
+    left_padding = draw(st.integers(0, seq_len - 2))
+    num_images = draw(st.integers(1, 2))
+    spec = recipe(entry)
+    config = spec.tiny_config()
+    if entry == "qwen2_vl":
+        unit = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+        image_size = [(unit * draw(st.integers(1, 3)), unit * draw(st.integers(1, 3))) for _ in range(num_images)]
+    elif entry == "mllama":
+        sizes = spec.supported_image_sizes(config)
+        image_size = [draw(st.sampled_from(sizes)) for _ in range(num_images)]
+    else:
+        image_size = None
+    seed = draw(st.integers(0, 2**16))
+    return dict(batch_size=batch_size, seq_len=seq_len, left_padding=left_padding, num_images=num_images,
+                image_size=image_size, generator=torch.Generator().manual_seed(seed))
+
+
+def check_equal(entry, multimodal, inputs, device="cpu", rtol=0.0, atol=0.0):
+    original, traceable = models(entry, device)
+    subgraphs, graph = traced(entry, multimodal, device)
+    sample = recipe(entry).build_sample(original.config, multimodal=multimodal, device=device, **inputs)
+    with torch.no_grad():
+        expected = original(**sample).logits
+        torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], expected, rtol=rtol, atol=atol)
+        torch.testing.assert_close(graph.forward(traceable, **sample)["logits"], expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("multimodal", [False, True], ids=["text", "multimodal"])
+def test_traced_graph_and_subgraphs_equal_the_original(entry, multimodal):
+    @given(inputs=zoo_inputs(entry))
+    def check(inputs):
+        check_equal(entry, multimodal, inputs)
+
+    check()
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_original_fails_to_trace_multimodal_and_traceable_passes(entry):
+    spec = recipe(entry)
+    original, traceable = models(entry)
+    sample = spec.build_sample(original.config, batch_size=1, seq_len=4, num_images=1)
+    with pytest.raises(UntraceableCodeError):
+        trace_subgraphs(original, sample, spec.DEFAULT_TARGETS, ignore=DEFAULT_IGNORE)
+    assert len(trace_subgraphs(traceable, sample, spec.DEFAULT_TARGETS, ignore=DEFAULT_IGNORE)) > 1
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_drop_in_checkpoints_load_both_ways(entry, tmp_path):
+    original, traceable = models(entry)
+    traceable_class = type(traceable)
+    assert type(traceable.config) is type(original.config)
+    assert [name for name, _ in traceable.named_modules()] == [name for name, _ in original.named_modules()]
+    original.save_pretrained(tmp_path / "original")
+    loaded = traceable_class.from_pretrained(tmp_path / "original")
+    traceable.save_pretrained(tmp_path / "traceable")
+    back = type(original).from_pretrained(tmp_path / "traceable")
+    for model in (loaded, back):
+        state = model.state_dict()
+        assert state.keys() == original.state_dict().keys()
+        for key, value in original.state_dict().items():
+            torch.testing.assert_close(state[key], value, rtol=0, atol=0)
+
+
+REAL = [
+    ("qwen2_vl", "Qwen2-VL-2B-Instruct", ["Qwen2VLDecoderLayer"], 29, 29),
+    ("mllama", "Llama-3.2-11B-Vision-Instruct", ["MllamaSelfAttentionDecoderLayer"], 33, 33),
+    ("mllama", "Llama-3.2-11B-Vision-Instruct", ["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"],
+     33, 41),
+    ("llava", "llava-1.5-7b-hf", ["LlamaDecoderLayer"], 33, 33),
+]
+
+
+@pytest.mark.parametrize("entry, config_name, targets, text_count, multimodal_count", REAL)
+def test_real_configs_on_meta(entry, config_name, targets, text_count, multimodal_count):
+    config = load_config(config_name)
+    model = build_model(getattr(zoo, TRACEABLE[entry]), config, device="meta")
+    for multimodal, expected in ((False, text_count), (True, multimodal_count)):
+        sample = recipe(entry).build_sample(config, device="meta", multimodal=multimodal)
+        assert len(trace_subgraphs(model, sample, targets, ignore=ignore_for(entry))) == expected
+
+
+def test_zoo_files_are_fresh():
+    from zoo.check import stale_files
+
+    stale = stale_files(list(ENTRIES))
+    assert not stale, f"stale zoo files: {[str(path) for path, _, _ in stale]}; run `bash scripts/check_zoo --fix`"
+
+
+def test_other_transformers_version_regenerates_once(monkeypatch, tmp_path):
+    from zoo import _loader
+
+    monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
+    monkeypatch.setattr(_loader, "installed_transformers_version", lambda: "5.99.0")
+    monkeypatch.setattr(_loader, "_LOADED", {})
+    with pytest.warns(_loader.ZooRegeneratedWarning, match="generated for transformers 5.23.0 but 5.99.0"):
+        module = _loader.load_entry("llava")
+    assert str(tmp_path) in module.__file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _loader.load_entry("llava") is module  # said once
+
+
+def test_failed_regeneration_names_the_rewrites_that_no_longer_apply(monkeypatch, tmp_path):
+    from zoo import _generate, _loader
+
+    monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
+    monkeypatch.setattr(_loader, "installed_transformers_version", lambda: "5.99.0")
+    monkeypatch.setattr(_loader, "_LOADED", {})
+    real_generate = _generate.generate
+
+    def generate_without_rewrites(entry):
+        generated = real_generate(entry)
+        generated.result.manifest["rewrites"] = []  # as if the source had changed under every rewrite
+        generated.result.code = "raise SyntaxError('renamed upstream')\n"
+        return generated
+
+    monkeypatch.setattr(_generate, "generate", generate_without_rewrites)
+    with pytest.raises(_loader.ZooRegenerationError) as info:
+        _loader.load_entry("llava")
+    message = str(info.value)
+    assert "Rewrites that no longer apply" in message
+    assert "_check_n_image_tokens (modeling_llava.py:" in message or "_check_n_image_tokens" in message
