@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .models import build_model, resolve_model_class
 from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
-from .trace.diagnose import UntraceableConstruct, diagnose
+from .trace.diagnose import UntraceableConstruct
 
 
 def cache_root() -> Path:

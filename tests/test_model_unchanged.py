@@ -7,7 +7,7 @@ from torch import nn
 
 from patcher import trace_subgraphs
 from patcher.samples import text_sample
-from tiny_models import TEXT_MODELS, decoder_layer, tiny_model
+from tiny_models import decoder_layer, tiny_model
 
 
 def snapshot(model: nn.Module) -> dict:

@@ -1,0 +1,86 @@
+"""Helpers shared by the zoo recipes' tiny models and sample builders."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import transformers
+
+def resolve(model_class: type | str) -> type:
+    return getattr(transformers, model_class) if isinstance(model_class, str) else model_class
+
+
+def wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
+    """Give every all-zero parameter a random value, so no path is dead. Biases and norm shifts get
+    small values; scalar gates (e.g. Mllama's tanh gates) get a clear opening, tanh(0.5..1) ~ 0.46..0.76:
+    with ``0.02 * randn`` they would pass ~1% of the image's contribution."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and not parameter.any():
+                if parameter.numel() == 1:
+                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
+                else:
+                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(value.to(parameter.dtype))
+
+
+def pair(size: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+def image_sizes(image_size, num_images: int, default) -> list[tuple[int, int]]:
+    """One ``(height, width)`` per image of a row (a pair of ints is always one size)."""
+    if image_size is None:
+        return [pair(default)] * num_images
+    if isinstance(image_size, int) or (len(image_size) == 2 and all(isinstance(v, int) for v in image_size)):
+        return [pair(image_size)] * num_images
+    sizes = [pair(size) for size in image_size]
+    if len(sizes) != num_images:
+        raise ValueError(f"image_size lists {len(sizes)} sizes for num_images={num_images}: give one per image")
+    return sizes
+
+
+def check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
+    if batch_size < 1 or num_images < 1:
+        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
+                         "use multimodal=False for a text-only sample")
+    if not 0 <= left_padding < seq_len:
+        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+
+
+def pad_token_id(config) -> int:
+    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,
+                special: list[int | None], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` text tokens (row 0 starts with
+    ``left_padding`` pads) with the image ``spans`` inserted in order at random text positions."""
+    vocab_size = config.get_text_config().vocab_size
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[[token for token in special if token is not None and 0 <= token < vocab_size]] = False
+    text_pool = allowed.nonzero().flatten()
+    pad = pad_token_id(config)
+    rows, masks = [], []
+    for row in range(batch_size):
+        padding = left_padding if row == 0 else 0
+        num_text = seq_len - padding
+        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
+        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
+        tokens, previous = [pad] * padding, 0
+        for cut, span in zip(cuts, spans):
+            tokens += text[previous:cut] + span
+            previous = cut
+        tokens += text[previous:]
+        rows.append(tokens)
+        masks.append([0] * padding + [1] * (len(tokens) - padding))
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+
