@@ -131,7 +131,10 @@ def _short_path(filename: str) -> str:
     marker = f"{os.sep}site-packages{os.sep}"
     if marker in filename:
         return filename.split(marker, 1)[1]
-    return os.path.relpath(filename) if os.path.isabs(filename) else filename
+    if os.path.isabs(filename):
+        relative = os.path.relpath(filename)
+        return filename if relative.startswith("..") else relative
+    return filename
 
 
 def _is_model_frame(filename: str) -> bool:

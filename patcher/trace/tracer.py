@@ -94,6 +94,22 @@ class SequentialTracer(fx.Tracer):
             self.module_path_stack.pop()
 
     # -- values ------------------------------------------------------------------------
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict):
+        """Parameters *and buffers* read in traced code become graph reads.
+
+        fx leaves buffers concrete by default: arithmetic on them would run once while tracing
+        and be baked into the graph as a constant (a meta tensor when tracing on meta, stale
+        after new weights are loaded). fx's own lookup also scans every parameter per access.
+        """
+        if isinstance(attr_val, torch.Tensor):
+            path = self._tensor_paths.get(id(attr_val))
+            if path is not None:
+                proxy = parameter_proxy_cache.get(path)
+                if proxy is None:
+                    proxy = parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {})
+                return proxy
+        return attr_val
+
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return TracingProxy(node, self)
 

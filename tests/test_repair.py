@@ -1,0 +1,55 @@
+"""Trace-guided repair: failures only tracing can find are mapped back to the source and rewritten."""
+
+import os
+import sys
+
+import torch
+
+from patcher import run_subgraphs, trace_subgraphs
+from patcher.traceable import load_traceable, repair
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fixtures"))
+import toy_modeling  # noqa: E402
+
+
+def test_repair_rewrites_what_only_tracing_finds(tmp_path):
+    config = toy_modeling.ToyConfig()
+    sample = {"hidden": torch.randn(2, 4)}
+    # Static rules leave `if self.threshold > 0:` alone (a condition on an attribute) ...
+    plain = load_traceable(toy_modeling.ToyModel, targets=["ToyLayer"], cache_dir=tmp_path)
+    assert plain.__tracezoo_patch__.rewrites == []
+    # ... tracing finds it, and repair rewrites exactly that statement.
+    result = repair(toy_modeling.ToyModel, config, sample, ["ToyLayer"], ignore=[], cache_dir=tmp_path)
+    assert result.traced, result.report()
+    line = next(number for number, text in enumerate(open(toy_modeling.__file__), 1)
+                if text.strip() == "if self.threshold > 0:")
+    assert result.locations == [(line, "TZ101")]
+    assert [step.construct.kind.rule for step in result.steps] == ["TZ101"]
+    rewrites = result.model_class.__tracezoo_patch__.manifest["rewrites"]
+    assert [(rewrite["rule"], rewrite["lines"][0]) for rewrite in rewrites] == [("TZ101", line)]
+
+    # The repaired graph decides the branch when it runs: right for both values of the buffer.
+    torch.manual_seed(0)
+    original = toy_modeling.ToyModel(config)
+    repaired = result.model_class(config)
+    repaired.load_state_dict(original.state_dict())
+    subgraphs = trace_subgraphs(repaired, sample, ["ToyLayer"], ignore=[])
+    assert len(subgraphs) == config.num_layers + 1
+    for threshold in (0.0, 1.0):
+        original.threshold.fill_(threshold)
+        repaired.threshold.fill_(threshold)
+        for hidden in (torch.randn(3, 4), torch.randn(1, 4)):
+            with torch.no_grad():
+                torch.testing.assert_close(run_subgraphs(repaired, subgraphs, {"hidden": hidden})["hidden"],
+                                           original(hidden)["hidden"], rtol=0, atol=0)
+
+
+def test_load_traceable_keeps_names_and_loads_the_same_checkpoint(tmp_path):
+    config = toy_modeling.ToyConfig()
+    traceable = load_traceable(toy_modeling.ToyModel, cache_dir=tmp_path)
+    assert traceable.__name__ == "ToyModel" and traceable is not toy_modeling.ToyModel
+    original = toy_modeling.ToyModel(config)
+    original.save_pretrained(tmp_path / "checkpoint")
+    loaded = traceable.from_pretrained(tmp_path / "checkpoint")
+    for key, value in original.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)
