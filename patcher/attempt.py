@@ -48,6 +48,21 @@ def format_partition(subgraphs: list[Subgraph]) -> str:
     return "\n".join(lines)
 
 
+def _fix_hint(cls: type) -> str | None:
+    """Where a traceable variant of ``cls`` comes from: the zoo, or the patcher."""
+    try:
+        import zoo
+
+        drop_in = f"Traceable{cls.__name__}"
+        if drop_in in zoo.__all__ and not cls.__module__.startswith("zoo."):
+            return f"hint: the zoo has a traceable drop-in: patcher trace {drop_in} ..."
+    except ImportError:
+        pass
+    if cls.__module__.startswith("transformers."):
+        return f"hint: generate a traceable variant: patcher patch {cls.__module__} -o traceable/"
+    return None
+
+
 def attempt_trace(
     model_id: str,
     model_class: str | type,
@@ -82,7 +97,12 @@ def attempt_trace(
     try:
         subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph)
     except TracingError as exc:
-        print(f"Failed to trace {cls.__name__}:\n{exc}", file=out)
+        construct = getattr(exc, "construct", None)
+        print(f"Failed to trace {cls.__name__}:", file=out)
+        print(construct.describe() if construct is not None else str(exc), file=out)
+        hint = _fix_hint(cls) if construct is not None else None
+        if hint:
+            print(hint, file=out)
         return None
     elapsed = time.perf_counter() - start
     print(format_partition(subgraphs), file=out)
