@@ -14,8 +14,21 @@ from .samples import sample_input
 from .trace import DEFAULT_IGNORE, TracingError
 
 
+def zoo_recipe(model: nn.Module):
+    """The zoo recipe for ``model``'s model_type, if the zoo has one (its targets and ignores)."""
+    try:
+        from zoo._entries import ENTRIES, recipe
+    except ImportError:
+        return None
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return recipe(model_type) if model_type in ENTRIES else None
+
+
 def default_targets(model: nn.Module) -> list[str]:
-    """Decoder-layer classes from ``_no_split_modules`` (vision blocks are left out)."""
+    """The zoo recipe's targets, else decoder-layer classes from ``_no_split_modules``."""
+    spec = zoo_recipe(model)
+    if spec is not None:
+        return list(spec.DEFAULT_TARGETS)
     names = set()
     for module in model.modules():
         names.update(getattr(module, "_no_split_modules", None) or ())
@@ -71,11 +84,14 @@ def attempt_trace(
     ignore: Iterable[str] | None = None,
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
+    extra_ignore: Iterable[str] = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
     ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
-    (``Meta-Llama-3-8B``) or a hub id (where the network allows). Prints
+    (``Meta-Llama-3-8B``) or a hub id (where the network allows). ``ignore=None`` means
+    ``DEFAULT_IGNORE`` plus the zoo recipe's additions for this model type; ``extra_ignore`` is
+    added either way. Prints
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
@@ -90,7 +106,10 @@ def attempt_trace(
     model = build_model(cls, config, device="meta")
     targets = list([sequential_targets] if isinstance(sequential_targets, str) else sequential_targets or
                    default_targets(model))
-    ignore = list(DEFAULT_IGNORE if ignore is None else ignore)
+    if ignore is None:
+        spec = zoo_recipe(model)
+        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if spec is not None else [])
+    ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample = sample_input(config, multimodal=multimodal_data, device="meta")
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     start = time.perf_counter()

@@ -22,9 +22,11 @@ examples:
 
 Targets and ignore entries are module class names or 're:' + a regex matching whole
 qualified module names. Ignore entries may also name functions or methods to keep as single
-opaque calls. Default targets: the model's decoder-layer classes (from _no_split_modules).
+opaque calls. Default targets: the zoo recipe's for this model type, else the model's
+decoder-layer classes (from _no_split_modules).
 --ignore adds to the default list (transformers' mask builders, get_rope_index; see
-patcher.DEFAULT_IGNORE); --no-default-ignore drops it.
+patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type);
+--no-default-ignore drops it.
 Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
 """
 
@@ -54,9 +56,6 @@ def _add_trace_parser(subparsers) -> None:
 
 def _run_trace(args) -> int:
     from .attempt import attempt_trace
-    from .trace import DEFAULT_IGNORE
-
-    ignore = ([] if args.no_default_ignore else list(DEFAULT_IGNORE)) + list(args.ignore)
 
     try:
         subgraphs = attempt_trace(
@@ -64,13 +63,75 @@ def _run_trace(args) -> int:
             args.model_class,
             multimodal_data=args.multimodal,
             sequential_targets=args.targets,
-            ignore=ignore,
+            ignore=[] if args.no_default_ignore else None,
+            extra_ignore=args.ignore,
             targets_per_subgraph=args.targets_per_subgraph,
         )
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher trace: error: {exc}", file=sys.stderr)
         return 2
     return 0 if subgraphs is not None else 1
+
+
+REPAIR_EPILOG = """\
+Trace-guided repair: patch MODEL_CLASS's modeling file, trace it with a sample built from
+MODEL_ID's config (meta device), map each failure back to the original source line, rewrite that
+statement, and repeat until the model traces or no rule fits. Then report every remaining
+blocker with file:line, code, kind and the GUIDE.md section. With -o, write the repaired module
+and its manifest to DIR (never overwriting a file the patcher did not generate).
+
+examples:
+  patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
+  patcher repair MyModelForCausalLM ./checkpoint --targets MyDecoderLayer
+
+Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments.
+"""
+
+
+def _add_repair_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "repair",
+        help="patch a model's modeling file, guided by tracing, until it traces",
+        description="Rewrite what tracing finds untraceable, round after round.",
+        epilog=REPAIR_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model_class", metavar="MODEL_CLASS", help="a transformers (or dotted-path) model class")
+    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
+    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
+    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
+    parser.add_argument("--ignore", nargs="+", metavar="I", default=[], help="extra modules/functions to keep opaque")
+    parser.add_argument("-o", "--output", metavar="DIR", help="write the repaired module and manifest here")
+    parser.set_defaults(handler=_run_repair)
+
+
+def _run_repair(args) -> int:
+    from .attempt import default_targets, zoo_recipe
+    from .models import build_model, load_config, resolve_model_class
+    from .samples import sample_input
+    from .trace import DEFAULT_IGNORE
+    from .traceable import repair
+
+    try:
+        cls = resolve_model_class(args.model_class)
+        config = load_config(args.model_id)
+        probe = build_model(cls, config, device="meta")
+        targets = args.targets or default_targets(probe)
+        spec = zoo_recipe(probe)
+        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if spec else []) + list(args.ignore)
+        sample = sample_input(config, multimodal=args.multimodal, device="meta")
+    except (ValueError, ImportError, OSError) as exc:
+        print(f"patcher repair: error: {exc}", file=sys.stderr)
+        return 2
+    result = repair(cls, config, sample, targets, ignore)
+    print(result.report())
+    if args.output and result.model_class is not None:
+        from .rewrite import patch_file
+
+        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+                             locations=result.locations)
+        print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
+    return 0 if result.traced else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_trace_parser(subparsers)
+    _add_repair_parser(subparsers)
     try:
         from .rewrite.cli import add_patch_parser
     except ImportError:
