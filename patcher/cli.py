@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_trace_parser(subparsers)
+    from .render.cli import add_graph_parser
+
+    add_graph_parser(subparsers)
     _add_repair_parser(subparsers)
     try:
         from .rewrite.cli import add_patch_parser

@@ -21,3 +21,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/python" -m pip install -q -c constraints.txt -e ".[test]" >&2
     echo "$want" > "$stamp"
 fi
+# Graphviz's `dot` renders `patcher graph` pictures (.svg/.png/.pdf); .dot output works without it.
+if ! command -v dot >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "[setup] installing graphviz (for patcher graph)" >&2
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; } >&2 \
+            || echo "[setup] could not install graphviz: patcher graph can only write .dot files" >&2
+    else
+        echo "[setup] graphviz not found: for .svg/.png from 'patcher graph' run: sudo apt-get install -y graphviz" >&2
+    fi
+fi
