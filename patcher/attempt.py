@@ -47,9 +47,11 @@ def format_partition(subgraphs: list[Subgraph]) -> str:
     """A table: index, targets inside, number of inputs and outputs."""
     rows = [("subgraph", "targets", "inputs", "outputs")]
     for subgraph in subgraphs:
-        targets = ", ".join(subgraph.targets) if subgraph.targets else "-"
-        if len(targets) > 60:
-            targets = targets[:57] + "..."
+        names = subgraph.targets
+        if len(names) > 2:
+            targets = f"{names[0]} .. {names[-1]} ({len(names)})"
+        else:
+            targets = ", ".join(names) if names else "-"
         rows.append((str(subgraph.index), targets, str(len(subgraph.input_names)), str(len(subgraph.output_names))))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     lines = [

@@ -7,7 +7,15 @@ from typing import Any, Iterable, Mapping
 
 from torch import fx, nn
 
-from ..trace.tracer import DEFAULT_IGNORE, ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, trace_graph
+from ..trace.tracer import (
+    DEFAULT_IGNORE,
+    ROOT_ATTRIBUTE,
+    GraphRoot,
+    TracedGraph,
+    compile_graph,
+    gc_paused,
+    trace_graph,
+)
 
 
 @dataclass
@@ -76,7 +84,8 @@ def trace_subgraphs(
     if targets_per_subgraph < 1:
         raise ValueError(f"targets_per_subgraph must be >= 1, got {targets_per_subgraph}")
     traced = trace_graph(model, sample_input, sequential_targets, ignore)
-    return partition_graph(traced, model, targets_per_subgraph)
+    with gc_paused():
+        return partition_graph(traced, model, targets_per_subgraph)
 
 
 def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> list[Subgraph]:

@@ -16,9 +16,9 @@ from transformers import PretrainedConfig
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
 
 
-def _configs_of(model: nn.Module) -> list[PretrainedConfig]:
+def _configs_of(modules) -> list[PretrainedConfig]:
     seen: dict[int, PretrainedConfig] = {}
-    stack = [getattr(module, "config", None) for module in model.modules()]
+    stack = [getattr(module, "config", None) for module in modules]
     while stack:
         config = stack.pop()
         if isinstance(config, PretrainedConfig) and id(config) not in seen:
@@ -28,18 +28,20 @@ def _configs_of(model: nn.Module) -> list[PretrainedConfig]:
 
 
 @contextlib.contextmanager
-def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> Iterator[list[PretrainedConfig]]:
-    """Snapshot plain attributes of every module and config; restore them on exit.
-
-    Parameters and buffers are checked by identity: tracing must not replace them.
+def preserved_model_state(
+    model: nn.Module, traced_modules=None, *, disable_cache: bool = True
+) -> Iterator[list[PretrainedConfig]]:
+    """Snapshot plain attributes of the modules whose code runs while tracing, and of every config
+    they reach; restore them on exit. Leaf modules never run while tracing, so by default only
+    ``traced_modules`` (all modules when None) are snapshot.
     """
-    modules = list(model.modules())
+    modules = list(model.modules()) if traced_modules is None else list(traced_modules)
     module_attrs = [
         (module, {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS})
         for module in modules
     ]
     tensors = [(module, dict(module._parameters), dict(module._buffers)) for module in modules]
-    configs = _configs_of(model)
+    configs = _configs_of(modules)
     config_attrs = [(config, dict(vars(config))) for config in configs]
     if disable_cache:
         # Decorators read use_cache from the config; a DynamicCache must not reach the graph.

@@ -8,6 +8,7 @@ target lives inside them, so calibration hooks on the targets see real module ca
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import itertools
 import operator
@@ -301,7 +302,8 @@ def trace_graph(
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
-    with preserved_model_state(model), opaque_calls(model, ignore), _swapped_class(model, traced_class):
+    with gc_paused(), preserved_model_state(model, traced_modules), opaque_calls(model, ignore), \
+            _swapped_class(model, traced_class):
         try:
             graph = tracer.trace(model)
         except Exception as exc:  # every failure gets a source location when one exists
@@ -309,6 +311,19 @@ def trace_graph(
     _check_no_hidden_targets(graph, model, targets)
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
                        target_names=list(targets))
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector: tracing builds millions of small objects that reference
+    each other, and full collections rescanning them took half the time on 100,000-layer chains."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextlib.contextmanager
@@ -360,24 +375,33 @@ def _check_targets_not_ignored(targets: dict[str, nn.Module], ignored: dict[str,
 
 
 def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[str, nn.Module]) -> None:
-    """Targets passed into opaque calls (or inside leaf modules) never get their own subgraph."""
+    """Targets passed into opaque calls (or inside leaf modules) never get their own subgraph.
+
+    Linear: only targets that were never called are looked at, each by walking up its own name.
+    """
     called = {node.target for node in graph.find_nodes(op="call_module") if node.target in targets}
-    hidden: dict[str, str] = {}
-    target_names = sorted(targets)
-    for node in itertools.chain(graph.find_nodes(op="call_module"), graph.find_nodes(op="get_attr")):
-        target = node.target
-        if node.op == "call_module" and target in targets:
+    uncalled = [name for name in targets if name not in called]
+    if not uncalled:
+        return
+    # Module references that could hide a target: leaves called, and modules handed to opaque calls.
+    holders: dict[str, str] = {}
+    for node in graph.find_nodes(op="call_module"):
+        if node.target not in targets:
+            holders.setdefault(node.target, f"module '{node.target}'")
+    for node in graph.find_nodes(op="get_attr"):
+        path = "" if node.target == ROOT_ATTRIBUTE else node.target
+        if path in holders or (path and not isinstance(_resolve(model, path), nn.Module)):
             continue
-        if node.op == "get_attr" and target == ROOT_ATTRIBUTE:
-            prefix = ""
-        elif node.op == "get_attr" and not isinstance(_resolve(model, target), nn.Module):
-            continue
-        else:
-            prefix = target + "."
         users = ", ".join(sorted({str(user.target) for user in node.users})) or "an opaque call"
-        for name in target_names:
-            if name.startswith(prefix) and name not in called:
-                hidden.setdefault(name, users if node.op == "get_attr" else f"module '{target}'")
+        holders[path] = users
+    hidden: dict[str, str] = {}
+    for name in uncalled:
+        parts = name.split(".")
+        for cut in range(len(parts), -1, -1):
+            prefix = ".".join(parts[:cut])
+            if prefix in holders:
+                hidden[name] = holders[prefix]
+                break
     if hidden:
         missing = sorted(hidden)
         detail = "; ".join(f"{name} (swallowed by {how})" for name, how in list(hidden.items())[:10])
