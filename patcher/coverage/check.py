@@ -1,0 +1,374 @@
+"""The per-architecture check: build tiny, patch, trace, split, run, compare with eager."""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import math
+import os
+import re
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MAX_PARAMETERS = 50_000_000
+
+
+@dataclass
+class Attempt:
+    """One sample kind (``text`` or ``multimodal``) of one architecture."""
+
+    mode: str
+    ran: bool = False  # the eager original ran on the sample
+    traced: bool = False
+    equal: bool = False
+    subgraphs: int | None = None
+    expected: int | None = None
+    max_diff: float | None = None
+    reuse_diff: float | None = None
+    stage: str | None = None  # where it stopped: sample, eager, trace, run, reuse, compare
+    error: str | None = None
+    blocker_kind: str | None = None
+    blocker_rule: str | None = None
+    blocker_location: str | None = None
+    blocker_code: str | None = None
+
+
+@dataclass
+class CoverageRow:
+    architecture: str
+    model_type: str | None = None
+    built: bool = False
+    stage: str | None = None  # where the build stopped: class, config, size, build, targets, patch, weights
+    error: str | None = None
+    error_location: str | None = None
+    targets: list[str] = field(default_factory=list)
+    parameters: int | None = None
+    rewrites: dict[str, int] = field(default_factory=dict)
+    patch_blockers: int = 0
+    text: Attempt | None = None
+    multimodal: Attempt | None = None
+    seconds: float = 0.0
+
+    @property
+    def traced(self) -> bool:
+        return bool(self.text and self.text.traced)
+
+    @property
+    def equal(self) -> bool:
+        return bool(self.text and self.text.equal)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CoverageRow":
+        data = dict(data)
+        for key in ("text", "multimodal"):
+            if data.get(key) is not None:
+                data[key] = Attempt(**data[key])
+        return cls(**data)
+
+
+def _short(message: str, limit: int = 400) -> str:
+    message = " ".join(str(message).split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.__file__) + os.sep,
+              os.path.dirname(os.path.abspath(__file__)) + os.sep)
+
+
+class _Generated:
+    """Maps lines of the generated (patched) module back to the original modeling file."""
+
+    def __init__(self, cls: type | None = None) -> None:
+        self.file = self.original_file = None
+        self.source = self.code = None
+        if cls is not None:
+            module = sys.modules[cls.__module__]
+            self.file = inspect.getsourcefile(module)
+            result = getattr(cls, "__tracezoo_patch__", None)
+            self.code = Path(self.file).read_text(encoding="utf-8")
+            self.source = getattr(result, "source", None)
+
+    def location(self, filename: str, lineno: int, original_file: str | None) -> str:
+        from ..trace.diagnose import _short_path
+
+        if self.file and filename == self.file and self.source:
+            from ..traceable import _original_line
+
+            original = _original_line(self.source, self.code, lineno)
+            name = Path(original_file).name if original_file else "generated"
+            if original:
+                return f"{name}:{original}"
+            moved = self._moved_from(lineno)
+            return f"{moved} (moved, generated line {lineno})" if moved else f"{name}:(generated line {lineno})"
+        return f"{_short_path(filename)}:{lineno}"
+
+
+    def _moved_from(self, lineno: int) -> str | None:
+        """Code the patcher moved into a wrapper names its origin: ``# from modeling_x.py:766 (...)``."""
+        lines = self.code.splitlines()
+        # a call of a wrapper: its TRACING comment names the wrapper, whose body names the origin
+        for index in (lineno - 2, lineno - 3):
+            match = re.search(r"# TRACING\(\w+\).*-> (\w+)", lines[index]) if 0 <= index < len(lines) else None
+            if match:
+                start = next((number for number, line in enumerate(lines) if line.startswith(f"def {match.group(1)}(")), None)
+                for line in lines[start:start + 12] if start is not None else ():
+                    found = re.search(r"# from (\S+:\d+)", line)
+                    if found:
+                        return found.group(1)
+        for index in range(min(lineno, len(lines)) - 1, max(-1, lineno - 80), -1):
+            match = re.search(r"# from (\S+:\d+)", lines[index])
+            if match:
+                return match.group(1)
+            if lines[index].startswith("def ") or lines[index].startswith("class "):
+                break
+        return None
+
+
+def _innermost_frame(exc: BaseException) -> tuple[str, int] | None:
+    frames = traceback.extract_tb(exc.__traceback__)
+    chosen = None
+    for frame in frames:
+        if not frame.filename.startswith(_SKIP_DIRS) and not frame.filename.startswith("<"):
+            chosen = frame
+    if chosen is None and frames:
+        chosen = frames[-1]
+    return (chosen.filename, chosen.lineno) if chosen else None
+
+
+def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated: _Generated,
+                    original_file: str | None) -> None:
+    from ..trace import MissingTargetsError, UntraceableCodeError
+
+    attempt.stage = stage
+    attempt.error = _short(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, UntraceableCodeError) and getattr(exc, "construct", None) is not None:
+        construct = exc.construct
+        attempt.blocker_kind = construct.kind.name
+        attempt.blocker_rule = construct.kind.rule or None
+        attempt.blocker_location = generated.location(construct.filename, construct.lineno, original_file)
+        attempt.blocker_code = _short(construct.code, 160)
+        return
+    attempt.blocker_kind = "missing targets" if isinstance(exc, MissingTargetsError) else type(exc).__name__
+    frame = _innermost_frame(exc)
+    if frame:
+        attempt.blocker_location = generated.location(frame[0], frame[1], original_file)
+        attempt.blocker_code = _short(linecache.getline(frame[0], frame[1]).strip(), 160) or None
+
+
+def tensor_diff(got: Any, expected: Any) -> float:
+    """Max |got - expected|; inf when shapes or NaN positions differ."""
+    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return math.inf
+    if got.shape != expected.shape:
+        return math.inf
+    got, expected = got.detach().float().cpu(), expected.detach().float().cpu()
+    if not torch.equal(torch.isnan(got), torch.isnan(expected)):
+        return math.inf
+    keep = ~torch.isnan(got)
+    if not keep.any():
+        return 0.0
+    a, b = got[keep], expected[keep]
+    if not torch.equal(torch.isinf(a), torch.isinf(b)) or not torch.equal(a[torch.isinf(a)], b[torch.isinf(b)]):
+        return math.inf
+    finite = torch.isfinite(a)
+    return float((a[finite] - b[finite]).abs().max()) if finite.any() else 0.0
+
+
+def _output(outputs: Any, key: str | None = None) -> tuple[str | None, Any]:
+    if outputs is None:
+        return None, None
+    items = outputs.items() if hasattr(outputs, "items") else []
+    items = [(name, value) for name, value in items if isinstance(value, torch.Tensor)]
+    if key is not None:
+        return key, dict(items).get(key)
+    for name, value in items:
+        if name == "logits":
+            return name, value
+    return (items[0][0], items[0][1]) if items else (None, None)
+
+
+def _build(cls: type, config, seed: int):
+    from ..models import build_model
+    from .wake import wake_zero_parameters
+
+    torch.manual_seed(seed)
+    model = build_model(cls, config, device="cpu")
+    wake_zero_parameters(model, seed)
+    return model.float().eval()
+
+
+def check_architecture(
+    name: str,
+    *,
+    multimodal: bool = True,
+    atol: float = 1e-5,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    max_parameters: int = MAX_PARAMETERS,
+) -> CoverageRow:
+    """Run the whole check for one model class name; never raises for the model's own failures."""
+    from ..models import build_model, resolve_model_class
+    from ..traceable import load_traceable
+    from .discover import find_layers, trace_targets
+    from .samples import has_multimodal_builder
+    from .shrink import shrink_config
+
+    start = time.perf_counter()
+    row = CoverageRow(architecture=name)
+    stage = "class"
+    try:
+        cls = resolve_model_class(name)
+        stage = "config"
+        config = shrink_config(cls.config_class)
+        row.model_type = getattr(config, "model_type", None)
+        stage = "size"
+        meta = build_model(cls, config, device="meta")
+        row.parameters = sum(parameter.numel() for parameter in meta.parameters())
+        if row.parameters > max_parameters:
+            largest = sorted(meta.named_parameters(), key=lambda item: -item[1].numel())[:3]
+            raise ValueError(f"{row.parameters:,} parameters after shrinking (limit {max_parameters:,}); largest: "
+                             + ", ".join(f"{key} {tuple(value.shape)}" for key, value in largest))
+        stage = "targets"
+        classes, layer_list = find_layers(meta)
+        row.targets = trace_targets(meta, classes, layer_list)
+        del meta
+        stage = "build"
+        original = _build(cls, config, seed)
+    except Exception as exc:  # noqa: BLE001
+        row.stage, row.error = stage, _short(f"{type(exc).__name__}: {exc}")
+        frame = _innermost_frame(exc)
+        row.error_location = _Generated().location(*frame, None) if frame else None
+        row.seconds = time.perf_counter() - start
+        return row
+
+    original_file = inspect.getsourcefile(sys.modules[cls.__module__])
+    attempts = [Attempt("text")]
+    if multimodal and has_multimodal_builder(config):
+        attempts.append(Attempt("multimodal"))
+    row.text = attempts[0]
+    row.multimodal = attempts[1] if len(attempts) > 1 else None
+
+    # The eager original on each sample first: "built" means the tiny model runs.
+    samples = {}
+    for attempt in attempts:
+        try:
+            samples[attempt.mode] = _samples(config, attempt.mode, seed)
+        except Exception as exc:  # noqa: BLE001
+            _record_failure(attempt, "sample", exc, _Generated(), original_file)
+            continue
+        try:
+            # the graph is traced with the cache off; some caches fail on hybrid layer mixes
+            extra = {"use_cache": False} if _accepts(original, "use_cache") else {}
+            with torch.no_grad():
+                expected = [original(**sample, **extra) for sample in samples[attempt.mode]]
+            calls = _count_calls(original, row.targets, {**samples[attempt.mode][0], **extra})
+            samples[attempt.mode] = (samples[attempt.mode], expected, calls)
+            attempt.ran = True
+        except Exception as exc:  # noqa: BLE001
+            _record_failure(attempt, "eager", exc, _Generated(), original_file)
+            samples.pop(attempt.mode)
+    row.built = any(attempt.ran for attempt in attempts)
+    if not row.built:
+        row.stage, row.error = "eager", attempts[0].error
+        row.error_location = attempts[0].blocker_location
+        row.seconds = time.perf_counter() - start
+        return row
+
+    stage = "patch"
+    try:
+        traceable_cls = load_traceable(cls, targets=classes, cache_dir=cache_dir)
+        result = traceable_cls.__tracezoo_patch__
+        row.rewrites = dict(sorted(Counter(rewrite.code for rewrite in result.rewrites).items()))
+        row.patch_blockers = len(result.blockers)
+        stage = "weights"
+        traceable = _build(traceable_cls, config, seed)
+        traceable.load_state_dict(original.state_dict(), strict=True)
+    except Exception as exc:  # noqa: BLE001
+        row.stage, row.error = stage, _short(f"{type(exc).__name__}: {exc}")
+        frame = _innermost_frame(exc)
+        row.error_location = _Generated().location(*frame, None) if frame else None
+        for attempt in attempts:
+            if attempt.ran:
+                attempt.stage, attempt.error = stage, row.error
+        row.seconds = time.perf_counter() - start
+        return row
+
+    generated = _Generated(traceable_cls)
+    for attempt in attempts:
+        if attempt.mode in samples:
+            _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file, atol)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _accepts(model, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _samples(config, mode: str, seed: int) -> list[dict]:
+    from .samples import coverage_multimodal_sample, coverage_text_sample
+
+    if mode == "text":
+        return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
+                coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]
+    return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed),
+            coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1)]
+
+
+def _count_calls(model, targets, sample) -> int:
+    from .discover import count_target_calls
+
+    def run():
+        with torch.no_grad():
+            model(**sample)
+
+    return count_target_calls(model, targets, run)
+
+
+def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generated, original_file, atol) -> None:
+    from ..partition import run_subgraphs, trace_subgraphs
+    from ..trace import DEFAULT_IGNORE
+
+    attempt.expected = calls + 1
+    try:
+        subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
+    except Exception as exc:  # noqa: BLE001
+        _record_failure(attempt, "trace", exc, generated, original_file)
+        return
+    attempt.traced = True
+    attempt.subgraphs = len(subgraphs)
+    key, _ = _output(expected[0])
+    diffs = []
+    for index, (sample, reference) in enumerate(zip(samples, expected)):
+        stage = "run" if index == 0 else "reuse"
+        try:
+            with torch.no_grad():
+                outputs = run_subgraphs(model, subgraphs, sample)
+        except Exception as exc:  # noqa: BLE001
+            _record_failure(attempt, stage, exc, generated, original_file)
+            break
+        _, got = _output(outputs, key)
+        diffs.append(tensor_diff(got, _output(reference, key)[1]))
+    if diffs:
+        attempt.max_diff = diffs[0]
+    if len(diffs) > 1:
+        attempt.reuse_diff = diffs[1]
+    attempt.equal = (len(diffs) == len(samples) and all(diff <= atol for diff in diffs)
+                     and attempt.subgraphs == attempt.expected)
+    if not attempt.equal and attempt.stage is None:
+        attempt.stage = "compare"
+        attempt.error = (f"subgraphs {attempt.subgraphs}/{attempt.expected}, max diff {attempt.max_diff}, "
+                         f"reuse diff {attempt.reuse_diff} (output {key!r})")

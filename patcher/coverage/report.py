@@ -1,0 +1,154 @@
+"""Coverage tables (markdown, JSON), the summary line and the blocker ranking."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from .check import Attempt, CoverageRow
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def summary(rows: list[CoverageRow]) -> str:
+    total = len(rows)
+    built = [row for row in rows if row.built]
+    text_ran = [row for row in built if row.text and row.text.ran]
+    text_traced = [row for row in text_ran if row.text.traced]
+    text_equal = [row for row in text_ran if row.text.equal]
+    mm = [row for row in built if row.multimodal is not None]
+    mm_ran = [row for row in mm if row.multimodal.ran]
+    mm_traced = [row for row in mm_ran if row.multimodal.traced]
+    mm_equal = [row for row in mm_ran if row.multimodal.equal]
+    b = len(built)
+    return (f"{total} architectures: built {b} ({_pct(b, total)}); "
+            f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
+            f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
+            f"multimodal: {len(mm)} with a sample builder, ran {len(mm_ran)}, traced {len(mm_traced)}, "
+            f"equal {len(mm_equal)}")
+
+
+def _diff(value: float | None) -> str:
+    if value is None:
+        return ""
+    if math.isinf(value):
+        return "inf"
+    return "0" if value == 0 else f"{value:.1e}"
+
+
+def _yes(value: bool | None) -> str:
+    return "yes" if value else "no"
+
+
+def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
+    """``(kind, location, code, message)`` of what stopped the row first; None if all equal."""
+    if not row.built:
+        attempt = row.text
+        if attempt is not None and attempt.stage == "eager":
+            return (f"eager: {attempt.blocker_kind}", attempt.blocker_location or "", attempt.blocker_code or "",
+                    attempt.error or "")
+        return (f"{row.stage}", row.error_location or "", "", row.error or "")
+    if row.stage in ("patch", "weights"):
+        return (row.stage, row.error_location or "", "", row.error or "")
+    for attempt in (row.text, row.multimodal):
+        if attempt is not None and attempt.ran and not attempt.equal:
+            kind = attempt.blocker_kind or attempt.stage or "?"
+            if attempt.stage == "compare":
+                kind = "not equal" if attempt.subgraphs == attempt.expected else "wrong subgraph count"
+            return (f"{attempt.stage}: {kind}", attempt.blocker_location or "", attempt.blocker_code or "",
+                    attempt.error or "")
+    return None
+
+
+_KINDS = ("control flow", "iteration", "starred", "assert", "data-dependent", "Python object", "shape, ndim",
+          "model's own code", "not equal", "wrong subgraph count")
+
+
+def _group_key(kind: str, message: str) -> str:
+    if any(word in kind for word in _KINDS):
+        return kind
+    if ":" in message:
+        message = message.split(":", 1)[1]
+    text = re.sub(r"\d+", "N", message)
+    return f"{kind} | {' '.join(text.split())[:70]}"
+
+
+def top_blockers(rows: list[CoverageRow], count: int = 10, built: bool | None = None) -> list[tuple[str, int, list[str]]]:
+    """The most common blockers: ``(kind | message, count, examples)``. ``built=True``: only what
+    stops architectures that build (tracer and patcher problems); ``False``: only build failures."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        if built is not None and row.built != built:
+            continue
+        found = blocker(row)
+        if found is None:
+            continue
+        kind, location, _, message = found
+        groups[_group_key(kind, message)].append(f"{row.architecture} @ {location}")
+    ranked = sorted(groups.items(), key=lambda item: -len(item[1]))[:count]
+    return [(key, len(examples), examples[:4]) for key, examples in ranked]
+
+
+def _cell_text(found: tuple[str, str, str, str]) -> str:
+    """The source line for untraceable constructs, the error message for everything else."""
+    kind, _, code, message = found
+    if any(word in kind for word in _KINDS) and code:
+        return f"`{code}`"
+    return message.split(": ", 1)[1] if ": " in message else message
+
+
+def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
+    header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
+              "multimodal", "blocker", "where", "rewrites"]
+    lines = ["# tracezoo coverage", "", summary(rows), ""]
+    if elapsed is not None:
+        lines += [f"Sweep time: {elapsed:.0f} s", ""]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        text = row.text or Attempt("text")
+        mm = row.multimodal
+        mm_cell = "-" if mm is None else (
+            "equal" if mm.equal else f"traced {mm.subgraphs}/{mm.expected} {_diff(mm.max_diff)}/{_diff(mm.reuse_diff)}"
+            if mm.traced else f"{mm.stage}")
+        found = blocker(row)
+        cells = [
+            row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
+            f"{text.subgraphs}/{text.expected}" if text.traced else "",
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built else "", mm_cell,
+            (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
+            " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
+        ]
+        lines.append("| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |")
+    lines += ["", "## Most common blockers of architectures that build (tracer, patcher)", ""]
+    for key, number, examples in top_blockers(rows, built=True):
+        lines.append(f"- **{key}** ({number}): " + "; ".join(examples))
+    lines += ["", "## Most common build failures (config shrinking, inputs the text sample lacks)", ""]
+    for key, number, examples in top_blockers(rows, built=False):
+        lines.append(f"- **{key}** ({number}): " + "; ".join(examples))
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | None = None,
+                  meta: dict | None = None) -> tuple[Path, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = out / "coverage.md", out / "coverage.json"
+    md_path.write_text(markdown(rows, elapsed), encoding="utf-8")
+    payload = {"summary": summary(rows), "elapsed_s": elapsed, **(meta or {}),
+               "top_blockers": [{"blocker": key, "count": number, "examples": examples}
+                                for key, number, examples in top_blockers(rows, built=True)],
+               "top_build_failures": [{"blocker": key, "count": number, "examples": examples}
+                                      for key, number, examples in top_blockers(rows, built=False)],
+               "rows": [row.as_dict() for row in rows]}
+    json_path.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    return md_path, json_path
+
+
+def read_rows(path: str | Path) -> list[CoverageRow]:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [CoverageRow.from_dict(row) for row in data["rows"]]

@@ -1,0 +1,406 @@
+"""Shrink any transformers config to a tiny one, by field names alone.
+
+``shrink_config(config_class)`` starts from the class's defaults (the real model's sizes), walks
+its ``to_dict()`` (sub-configs included: text, vision, audio, ...) and lowers every size it
+recognises by name: widths, layer counts, heads, head dims, intermediate sizes, experts, vocab,
+positions, image sizes. Per-layer lists (``layer_types``, ``mlp_only_layers``, ...) are cut to the
+new layer count while keeping every kind of layer that occurs, and lists of layer indices
+(``cross_attention_layers``, ...) are renumbered. Special token ids beyond the tiny vocabulary are
+moved into it (the same old id gets the same new id everywhere). Sizes are only ever lowered.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 128
+MOE_INTERMEDIATE = 32
+EXPERTS = 4
+TOP_K = 2
+VOCAB = 256
+POSITIONS = 256
+LORA_RANK = 16
+STATE = 16
+WINDOW = 4
+
+_WIDTH = {
+    "hidden_size", "d_model", "n_embd", "n_embed", "embed_dim", "dim", "model_dim", "hidden_dim",
+    "word_embed_proj_dim", "projection_dim", "vision_hidden_size", "text_hidden_size", "out_hidden_size",
+    "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
+    "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
+    "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
+}
+_LAYERS = {
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
+    "encoder_layers", "num_encoder_layers", "depth", "num_global_layers", "num_text_layers",
+    "num_vision_layers", "text_num_hidden_layers", "num_blocks",
+}
+_HEADS = {
+    "num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
+    "encoder_attention_heads", "attention_heads", "encoder_num_attention_heads", "index_n_heads",
+    "linear_num_value_heads", "mamba_n_heads",
+}
+_KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "linear_num_key_heads",
+             "n_head_kv", "num_kv_groups"}
+_HEAD_DIM = {"head_dim", "rotary_dim", "mamba_headdim", "linear_head_dim", "rotary_emb_dim", "attention_head_dim",
+             "kv_channels", "v_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "d_kv", "d_head", "mamba_d_head", "attention_head_size",
+             "global_head_dim"}
+_HALF_HEAD_DIM = {"qk_rope_head_dim", "qk_nope_head_dim"}
+_INTERMEDIATE = {
+    "intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff", "ffn_hidden_size",
+    "mlp_dim", "inner_dim", "dense_intermediate_size", "mlp_hidden_size", "intermediate_dim",
+    "vision_intermediate_size",
+}
+_MOE_INTERMEDIATE = {"moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+                     "moe_ffn_hidden_size", "expert_ffn_hidden_size", "moe_shared_expert_intermediate_size"}
+_EXPERTS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_total",
+            "num_routed_experts", "n_experts"}
+_TOP_K = {"num_experts_per_tok", "top_k", "moe_topk", "num_experts_per_token", "moe_k", "router_top_k",
+          "num_selected_experts", "moe_top_k", "top_k_experts"}
+_POSITIONS = {"max_position_embeddings", "n_positions", "max_seq_len", "max_source_positions",
+              "max_target_positions", "n_ctx", "max_sequence_length", "seq_length", "max_len",
+              "text_max_position_embeddings", "context_length", "model_max_length"}
+_LORA = {"kv_lora_rank", "q_lora_rank", "o_lora_rank"}
+_STATE = {"state_size", "ssm_state_size", "mamba_d_state", "d_state", "time_step_rank", "mamba_dt_rank"}
+_WINDOW = {"sliding_window", "attention_chunk_size", "local_attention_window", "window_size"}
+_PERIOD = {"attn_layer_period", "expert_layer_period", "sliding_window_pattern", "_sliding_window_pattern",
+           "global_attn_every_n_layers", "no_rope_layer_interval", "decoder_sparse_step", "moe_layer_freq",
+           "interleave_moe_layer_step", "full_attention_interval", "layer_group_size", "moe_every_n_layers"}
+_OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", "first_dense_layers",
+           "num_dense_layers", "first_k_dense", "n_dense_layers", "dense_layers"}
+_RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
+_SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
+_PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
+
+
+def _is_config(value: Any) -> bool:
+    return isinstance(value, dict) and "model_type" in value
+
+
+def _lower(value: Any, target: int) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return value
+    return min(value, target)
+
+
+class _Shrinker:
+    def __init__(self, mrope: bool = False) -> None:
+        self.mrope = mrope
+        self.token_map: dict[int, int] = {}
+        self.used_ids: set[int] = set()
+
+    # -- special tokens -------------------------------------------------------------------------
+    def collect_tokens(self, data: Any) -> None:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if _is_token_key(key):
+                    for token in _ints(value):
+                        if 0 <= token < VOCAB:
+                            self.used_ids.add(token)
+                else:
+                    self.collect_tokens(value)
+        elif isinstance(data, list):
+            for item in data:
+                self.collect_tokens(item)
+
+    def remap(self, token: int) -> int:
+        if not isinstance(token, int) or isinstance(token, bool) or token < VOCAB:
+            return token
+        if token not in self.token_map:
+            candidate = VOCAB - 1
+            while candidate in self.used_ids:
+                candidate -= 1
+            self.used_ids.add(candidate)
+            self.token_map[token] = candidate
+        return self.token_map[token]
+
+    # -- one config level -----------------------------------------------------------------------
+    def shrink(self, data: dict) -> dict:
+        data = dict(data)
+        original = dict(data)
+        original_hidden = data.get("hidden_size")
+        layer_keys = [key for key in _LAYERS if isinstance(data.get(key), int) and not isinstance(data[key], bool)]
+        old_layers = max((data[key] for key in layer_keys), default=None)
+        keep = self._layers_to_keep(data, old_layers) if old_layers else None
+        for key, value in list(data.items()):
+            if _is_config(value):
+                data[key] = self.shrink(value)
+            elif isinstance(value, list) and value and all(_is_config(item) for item in value):
+                data[key] = [self.shrink(item) for item in value]
+            elif _is_token_key(key):
+                data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
+            elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
+                data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
+                             self._shrink_plain_dict(item) if isinstance(item, dict) else item
+                             for index, item in value.items() if int(index) in keep}
+            elif isinstance(value, dict):
+                data[key] = self._shrink_plain_dict(value)
+            elif key in _RATIO_TO_HIDDEN and isinstance(value, int) and isinstance(original_hidden, int) \
+                    and original_hidden > HIDDEN and value % original_hidden == 0:
+                data[key] = value // original_hidden * HIDDEN
+            elif keep is not None and isinstance(value, list) and key not in ("id2label", "label2id"):
+                data[key] = self._per_layer(key, value, old_layers, keep)
+            else:
+                data[key] = self._scalar(key, value)
+        if keep is not None:
+            for key in layer_keys:
+                # several layer counts in one config (encoder/decoder): each becomes len(keep) or less
+                data[key] = min(data[key], len(keep)) if data[key] != old_layers else len(keep)
+        self._keep_equalities(original, data)
+        self._fix_groups(data)
+        return data
+
+    @staticmethod
+    def _keep_equalities(original: dict, data: dict) -> None:
+        """Sizes equal in the real config stay equal (MLA's head_dim == qk_rope_head_dim,
+        multi-head attention's kv heads == heads, ...): both take the smaller new value."""
+        sized = [key for key, value in original.items() if key in _SIZE_KEYS and isinstance(value, int)
+                 and not isinstance(value, bool) and value >= 2 and isinstance(data.get(key), int)]
+        for _ in range(2):
+            for first in sized:
+                for second in sized:
+                    if first < second and original[first] == original[second] and data[first] != data[second]:
+                        data[first] = data[second] = min(data[first], data[second])
+
+    def _shrink_plain_dict(self, value: dict) -> dict:
+        out = {}
+        for key, item in value.items():
+            if isinstance(item, dict):
+                out[key] = self._shrink_plain_dict(item)
+            elif key in ("short_factor", "long_factor") and isinstance(item, list):
+                out[key] = item[: max(1, HEAD_DIM // 2)]
+            elif key == "mrope_interleaved":
+                out[key] = item
+            else:
+                out[key] = self._scalar(key, item)
+        return out
+
+    def _scalar(self, key, value: Any) -> Any:
+        if not isinstance(key, str):
+            return value
+        if key in _WIDTH:
+            return _lower(value, HIDDEN)
+        if key in _HEADS:
+            return _lower(value, HEADS)
+        if key in _KV_HEADS:
+            return _lower(value, KV_HEADS)
+        if key in _HEAD_DIM:
+            return _lower(value, HEAD_DIM)
+        if key in _HALF_HEAD_DIM:
+            return _lower(value, HEAD_DIM // 2)
+        if key in _INTERMEDIATE:
+            return _lower(value, INTERMEDIATE)
+        if key in _MOE_INTERMEDIATE:
+            return _lower(value, MOE_INTERMEDIATE)
+        if key in _EXPERTS:
+            return _lower(value, EXPERTS)
+        if key in _TOP_K:
+            return _lower(value, TOP_K)
+        if key == "vocab_size" or key.endswith("_vocab_size"):
+            return _lower(value, VOCAB)
+        if key in _POSITIONS:
+            return _lower(value, POSITIONS)
+        if key in _LORA:
+            return _lower(value, LORA_RANK)
+        if key in _STATE:
+            return _lower(value, STATE)
+        if key in _WINDOW:
+            return _lower(value, WINDOW)
+        if key in _PERIOD:
+            return _lower(value, 2)
+        if key in _OFFSET:
+            return _lower(value, 1)
+        if key in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"):
+            return _lower(value, 1)
+        if key == "n_group":
+            return _lower(value, 2)
+        if key == "topk_group":
+            return _lower(value, 1)
+        if key == "query_pre_attn_scalar":
+            return _lower(value, HEAD_DIM)
+        if key == "image_size" and isinstance(value, int):
+            return value  # fixed up with the patch size in _fix_groups
+        return value
+
+    def _layers_to_keep(self, data: dict, old: int) -> list[int]:
+        """Old layer indices to keep: the first of every layer kind and of every index list."""
+        keep: set[int] = set()
+        for key, value in data.items():
+            if not isinstance(value, list) or not value or key in ("id2label", "label2id"):
+                continue
+            if len(value) == old and all(isinstance(item, (str, int, bool)) or item is None for item in value):
+                firsts: dict = {}
+                for index, item in enumerate(value):
+                    firsts.setdefault(repr(item), index)
+                keep.update(firsts.values())
+            elif _is_index_list(key, value, old):
+                keep.add(value[0])
+        keep = sorted(keep)[:4]
+        index = 0
+        while len(keep) < min(2, old):
+            if index not in keep:
+                keep.append(index)
+            index += 1
+        return sorted(keep)
+
+    def _per_layer(self, key: str, value: list, old: int, keep: list[int]) -> list:
+        if len(value) == old and all(isinstance(item, (str, int, bool, float)) or item is None for item in value):
+            return [value[index] for index in keep]
+        if _is_index_list(key, value, old):
+            return [keep.index(item) for item in value if item in keep] or [len(keep) - 1]
+        return value
+
+    def _fix_groups(self, data: dict) -> None:
+        hidden = data.get("hidden_size")
+        heads = next((data[key] for key in ("num_attention_heads", "n_head", "num_heads") if isinstance(data.get(key), int)), None)
+        # None defaults the modeling code divides by (the real checkpoints always set them)
+        if "head_dim" in data and data["head_dim"] is None and isinstance(hidden, int) and heads:
+            data["head_dim"] = hidden // heads
+        if "num_key_value_heads" in data and data["num_key_value_heads"] is None and heads:
+            data["num_key_value_heads"] = heads
+        if isinstance(data.get("qk_head_dim"), int) and isinstance(data.get("qk_nope_head_dim"), int) \
+                and isinstance(data.get("qk_rope_head_dim"), int):
+            data["qk_head_dim"] = data["qk_nope_head_dim"] + data["qk_rope_head_dim"]
+        # Mamba: heads * head dim must equal expand * hidden (or mamba_d_ssm)
+        if isinstance(data.get("mamba_n_heads"), int) and isinstance(data.get("mamba_expand"), int) \
+                and isinstance(hidden, int):
+            if isinstance(data.get("mamba_d_ssm"), int):
+                data["mamba_d_ssm"] = data["mamba_expand"] * hidden
+            if not isinstance(data.get("mamba_d_head"), int) or isinstance(data.get("mamba_d_head"), bool):
+                data["mamba_d_head"] = HEAD_DIM
+        for heads_key, dim_key, expand_key in (("mamba_n_heads", "mamba_d_head", "mamba_expand"),
+                                               ("num_heads", "head_dim", "expand")):
+            if all(isinstance(data.get(key), int) for key in (heads_key, dim_key, expand_key)) \
+                    and isinstance(hidden, int) and (expand_key != "expand" or "n_groups" in data or "state_size" in data):
+                data[heads_key] = max(1, data[expand_key] * hidden // data[dim_key])
+        experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
+        for key in _TOP_K:
+            if key in data and data[key] is None and experts:
+                data[key] = min(TOP_K, experts)
+        for key in ("n_groups", "mamba_n_groups"):
+            if isinstance(data.get(key), int) and data[key] > 1:
+                data[key] = 1
+        heads = next((data[key] for key in ("num_attention_heads", "n_head", "num_heads") if isinstance(data.get(key), int)), None)
+        for key in _KV_HEADS:
+            if isinstance(data.get(key), int) and heads and heads % data[key]:
+                data[key] = 1
+        experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
+        if experts and isinstance(data.get("n_group"), int) and experts % data["n_group"]:
+            data["n_group"] = 1
+        if isinstance(data.get("patch_size"), int) and isinstance(data.get("image_size"), int):
+            merge = data.get("spatial_merge_size") or data.get("merge_size") or 1
+            merge = merge if isinstance(merge, int) else 1
+            data["image_size"] = min(data["image_size"], 2 * data["patch_size"] * merge)
+        indices = data.get("intermediate_layers_indices")
+        if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
+            data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
+        rope = data.get("rope_parameters")
+        if isinstance(rope, dict) and "rope_type" in rope and (self.mrope or "mrope_section" in rope
+                                                               or _model_type_mentions(data.get("model_type"), "mrope_section")):
+            # modeling files default mrope_section to the real head_dim's [16, 24, 24]; the sections
+            # must add up to half the rotary dims
+            head_dim = data.get("head_dim") if isinstance(data.get("head_dim"), int) else HEAD_DIM
+            factor = rope.get("partial_rotary_factor", data.get("partial_rotary_factor")) or 1.0
+            total = max(3, int(head_dim * factor) // 2)
+            data["rope_parameters"] = {**rope, "mrope_section": _rescale(rope.get("mrope_section") or [16, 24, 24],
+                                                                         total, exact=True)}
+        for key in ("vision_feature_layer",):
+            if isinstance(data.get(key), int) and data[key] > 1:
+                data[key] = 1
+
+
+def _is_layer_dict(key, value: dict, old: int | None) -> bool:
+    if not old or not value or not isinstance(key, str) or "layer" not in key.lower():
+        return False
+    try:
+        return all(0 <= int(index) < old for index in value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_token_key(key) -> bool:
+    if not isinstance(key, str):
+        return False
+    key = key.lower()
+    return "token" in key and (key.endswith("_id") or key.endswith("_ids") or key.endswith("_index")
+                               or key.endswith("_idx") or key.endswith("token"))
+
+
+def _ints(value: Any):
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _ints(item)
+
+
+def _is_index_list(key: str, value: list, old: int) -> bool:
+    return (any(name in key.lower() for name in _PER_LAYER_NAMES) and bool(value)
+            and all(isinstance(item, int) and not isinstance(item, bool) and 0 <= item < old for item in value)
+            and len(set(value)) == len(value))
+
+
+def _rescale(section: list, total: int, exact: bool = False) -> list:
+    if not all(isinstance(item, int) for item in section) or sum(section) == total or (sum(section) < total and not exact):
+        return section
+    scaled = [max(1, math.floor(item * total / sum(section))) for item in section]
+    scaled[-1] += total - sum(scaled)
+    return scaled if scaled[-1] > 0 else section
+
+
+def shrink_dict(data: dict, mrope: bool = False) -> dict:
+    """The shrunk copy of a config's ``to_dict()``. ``mrope``: the modeling code reads
+    ``rope_parameters["mrope_section"]`` (with a default sized for the real model)."""
+    shrinker = _Shrinker(mrope)
+    shrinker.collect_tokens(data)
+    return shrinker.shrink(copy.deepcopy(data))
+
+
+def shrink_config(config_class: type, **overrides):
+    """A tiny instance of ``config_class`` (its defaults, shrunk)."""
+    config = config_class()
+    mrope = _modeling_mentions(config_class, "mrope_section")
+    # Twice: building a config can add defaults sized for the real model (e.g. Qwen2-VL's
+    # mrope_section); the second pass shrinks those too.
+    for _ in range(2):
+        data = shrink_dict(config.to_dict(), mrope)
+        for key in ("transformers_version", "architectures", "_name_or_path"):
+            data.pop(key, None)
+        data.update(overrides)
+        config = config_class.from_dict(data)
+    return config
+
+
+def _modeling_mentions(config_class: type, word: str) -> bool:
+    import importlib.util
+    import sys
+
+    name = config_class.__module__.replace(".configuration_", ".modeling_")
+    try:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            return word in open(module.__file__, encoding="utf-8").read()
+        spec = importlib.util.find_spec(name)
+        return bool(spec and spec.origin and word in open(spec.origin, encoding="utf-8").read())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _model_type_mentions(model_type, word: str) -> bool:
+    """Does the modeling file of ``model_type``'s config class mention ``word``?"""
+    if not isinstance(model_type, str):
+        return False
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        return _modeling_mentions(CONFIG_MAPPING[model_type], word)
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,135 @@
+"""The coverage check on a fixed sample of architectures (the CI slice of scripts/coverage.py).
+
+Each architecture is built tiny from its config class's defaults (``patcher.coverage.shrink``), its
+decoder layers are found automatically, and the patched model's subgraph chain must match the eager
+original exactly on the traced sample and on a sample of another batch size and length. Only
+architectures that really pass are listed here; the full sweep's report lists the others.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers
+
+from patcher.coverage import architectures, check_architecture, find_targets, shrink_config, tensor_diff
+from patcher.coverage.report import markdown, summary, top_blockers
+from patcher.coverage.runner import run_architectures
+from patcher.coverage.samples import coverage_text_sample, special_tokens
+
+# Diverse on purpose: dense, GQA, MoE, MLA, sliding windows, alternating layer types, encoder-decoder,
+# old-style blocks (Bloom, GPT-NeoX, Falcon, OPT), Mamba hybrids (Bamba, Zamba2 with nested layer
+# classes), convolution hybrids (LFM2), and two multimodal models with sample builders.
+MUST_BE_EQUAL = [
+    "BambaForCausalLM",
+    "BartForConditionalGeneration",
+    "BloomForCausalLM",
+    "Cohere2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "FalconForCausalLM",
+    "GPTNeoXForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "GptOssForCausalLM",
+    "Lfm2ForCausalLM",
+    "LlamaForCausalLM",
+    "LlavaForConditionalGeneration",
+    "MistralForCausalLM",
+    "MixtralForCausalLM",
+    "MllamaForConditionalGeneration",
+    "OPTForCausalLM",
+    "Phi3ForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "T5ForConditionalGeneration",
+    "Zamba2ForCausalLM",
+]
+MULTIMODAL = {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("generated")
+
+
+@pytest.mark.parametrize("name", MUST_BE_EQUAL)
+def test_architecture_traces_and_equals_eager(name, cache_dir):
+    row = check_architecture(name, cache_dir=cache_dir)
+    assert row.built, (row.stage, row.error)
+    assert row.text.traced, (row.text.stage, row.text.error, row.text.blocker_location)
+    assert row.text.subgraphs == row.text.expected >= 2, row.text
+    assert row.text.max_diff == 0.0 and row.text.reuse_diff == 0.0, row.text
+    assert row.text.equal
+    if name in MULTIMODAL:
+        assert row.multimodal is not None and row.multimodal.equal, row.multimodal
+
+
+def test_a_failing_architecture_gives_a_failure_row(cache_dir):
+    # BLIP cannot run without pixel_values and has no sample builder: a row, not an exception.
+    row = check_architecture("BlipForConditionalGeneration", cache_dir=cache_dir)
+    assert not row.built and row.stage == "eager"
+    assert "pixel_values" in row.error
+    assert not row.traced and not row.equal
+
+
+def test_runner_records_failures_and_timeouts_instead_of_crashing():
+    rows = run_architectures(["NoSuchModelForCausalLM"], jobs=1, timeout=120)
+    assert rows[0].stage == "class" and "NoSuchModelForCausalLM" in rows[0].error
+    rows = run_architectures(["LlamaForCausalLM"], jobs=1, timeout=0.2)  # killed long before it can finish
+    assert rows[0].stage == "timeout" and not rows[0].built
+    text = markdown(rows)
+    assert "LlamaForCausalLM" in text and "timeout" in text
+
+
+def test_shrinking_keeps_layer_types_consistent_and_every_kind():
+    config = shrink_config(transformers.Gemma3TextConfig)
+    assert config.num_hidden_layers == len(config.layer_types) <= 4
+    assert set(config.layer_types) == {"sliding_attention", "full_attention"}
+    assert config.hidden_size <= 64 and config.vocab_size <= 256
+
+
+def test_shrinking_renumbers_layer_index_lists():
+    config = shrink_config(transformers.MllamaConfig)
+    text = config.text_config
+    assert text.cross_attention_layers and all(0 <= i < text.num_hidden_layers for i in text.cross_attention_layers)
+    vision = config.vision_config
+    assert all(0 <= i < vision.num_hidden_layers for i in vision.intermediate_layers_indices)
+
+
+def test_special_tokens_move_into_the_tiny_vocabulary():
+    config = shrink_config(transformers.LlavaConfig)
+    vocab = config.text_config.vocab_size
+    assert 0 <= config.image_token_index < vocab
+    sample = coverage_text_sample(config, batch_size=2, seq_len=9)
+    assert not torch.isin(sample["input_ids"], torch.tensor(sorted(special_tokens(config)))).any()
+
+
+def test_targets_are_the_decoder_layers():
+    from patcher.models import build_model
+
+    model = build_model(transformers.LlavaForConditionalGeneration, shrink_config(transformers.LlavaConfig))
+    assert find_targets(model) == ["LlamaDecoderLayer"]  # not the CLIP encoder layers
+
+
+def test_architectures_selection_is_fixed_and_filtered():
+    everything = architectures()
+    assert "LlamaForCausalLM" in everything and "AutoModelForCausalLM" not in everything
+    assert architectures(sample=5, seed=0) == architectures(sample=5, seed=0)
+    assert all("llama" in name.lower() for name in architectures("*Llama*"))
+
+
+def test_tensor_diff_treats_nan_and_shape_mismatches_as_unequal():
+    a = torch.tensor([1.0, float("nan")])
+    assert tensor_diff(a, a.clone()) == 0.0
+    assert math.isinf(tensor_diff(a, torch.tensor([1.0, 2.0])))
+    assert math.isinf(tensor_diff(a, a[:1]))
+
+
+def test_summary_counts(cache_dir):
+    rows = [check_architecture("LlamaForCausalLM", cache_dir=cache_dir),
+            check_architecture("NoSuchModelForCausalLM")]
+    line = summary(rows)
+    assert line.startswith("2 architectures: built 1 (50%)") and "equal 1" in line
+    assert top_blockers(rows)[0][1] == 1
