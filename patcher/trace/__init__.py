@@ -1,7 +1,14 @@
 """Tracing: torch.fx over a transformers model with sequential targets as leaves."""
 
 from .diagnose import UntraceableConstruct, diagnose
-from .errors import MissingTargetsError, SampleInputError, TargetMatchError, TracingError, UntraceableCodeError
+from .errors import (
+    MissingTargetsError,
+    SampleInputError,
+    StateChangeError,
+    TargetMatchError,
+    TracingError,
+    UntraceableCodeError,
+)
 from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 
 __all__ = [
@@ -9,6 +16,7 @@ __all__ = [
     "MissingTargetsError",
     "SampleInputError",
     "SequentialTracer",
+    "StateChangeError",
     "TargetMatchError",
     "TracedGraph",
     "TracingError",

@@ -33,3 +33,15 @@ class UntraceableCodeError(TracingError):
     def __init__(self, message: str, construct):
         super().__init__(message)
         self.construct = construct
+
+
+class StateChangeError(TracingError):
+    """The forward wrote attributes of modules that run later as single calls.
+
+    Tracing restores the model afterwards, so the graph would run those modules without the
+    change: a silent wrong result (BigBird's ``set_attention_type``), so this is an error.
+    """
+
+    def __init__(self, message: str, changes: list[str]):
+        super().__init__(message)
+        self.changes = changes

@@ -105,3 +105,28 @@ def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
                 owner[name] = value
             else:
                 setattr(owner, name, value)
+
+
+def _dtype_query(original):
+    # torch.finfo/iinfo are types: with a traced dtype they record one node, read at run time.
+    def query(dtype=None):
+        if isinstance(dtype, fx.Proxy):
+            return dtype.tracer.create_proxy("call_function", original, (dtype,), {})
+        return original() if dtype is None else original(dtype)
+
+    return query
+
+
+@contextlib.contextmanager
+def traced_dtype_queries() -> Iterator[None]:
+    """``torch.finfo(x.dtype)`` on a traced ``x``: a graph node instead of a TypeError."""
+    import torch
+
+    originals = {name: getattr(torch, name) for name in ("finfo", "iinfo")}
+    try:
+        for name, original in originals.items():
+            setattr(torch, name, _dtype_query(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)

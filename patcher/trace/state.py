@@ -27,42 +27,75 @@ def _configs_of(modules) -> list[PretrainedConfig]:
     return list(seen.values())
 
 
-@contextlib.contextmanager
-def preserved_model_state(
-    model: nn.Module, traced_modules=None, *, disable_cache: bool = True
-) -> Iterator[list[PretrainedConfig]]:
-    """Snapshot plain attributes of the modules whose code runs while tracing, and of every config
-    they reach; restore them on exit. Leaf modules never run while tracing, so by default only
-    ``traced_modules`` (all modules when None) are snapshot.
-    """
-    modules = list(model.modules()) if traced_modules is None else list(traced_modules)
-    module_attrs = [
-        (module, {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS})
-        for module in modules
-    ]
-    tensors = [(module, dict(module._parameters), dict(module._buffers)) for module in modules]
-    configs = _configs_of(modules)
-    config_attrs = [(config, dict(vars(config))) for config in configs]
-    if disable_cache:
-        # Decorators read use_cache from the config; a DynamicCache must not reach the graph.
-        for config in configs:
-            if "use_cache" in vars(config) or hasattr(type(config), "use_cache"):
-                config.use_cache = False
-    try:
-        yield configs
-    finally:
-        for config, attrs in config_attrs:
+def _same(old, new) -> bool:
+    if old is new:
+        return True
+    if isinstance(old, (str, int, float, bool, type(None))) and type(old) is type(new):
+        return old == new
+    return False
+
+
+class StateSnapshot:
+    """Plain attributes of every module and config, to compare with and restore after tracing."""
+
+    def __init__(self, model: nn.Module):
+        self.names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
+        self.module_attrs = {
+            module: {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS}
+            for module in self.names
+        }
+        self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
+        self.configs = _configs_of(self.names)
+        self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
+
+    def changes(self, modules) -> list[str]:
+        """Attributes of ``modules`` written since the snapshot, as ``'path.attr: old -> new'``."""
+        found = []
+        for module in modules:
+            old = self.module_attrs.get(module, {})
+            current = {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS}
+            for key in sorted(old.keys() | current.keys()):
+                if key not in current or key not in old or not _same(old[key], current[key]):
+                    path = ".".join(filter(None, [self.names.get(module, "?"), key]))
+                    found.append(f"{path}: {_short(old.get(key, '<unset>'))} -> {_short(current.get(key, '<unset>'))}")
+        return found
+
+    def restore(self) -> None:
+        for config, attrs in self.config_attrs.values():
             current = vars(config)
             for key in [key for key in current if key not in attrs]:
                 del current[key]
             current.update(attrs)
-        for module, attrs in module_attrs:
+        for module, attrs in self.module_attrs.items():
             current = vars(module)
             for key in [key for key in current if key not in attrs and key not in _MODULE_SLOTS]:
                 del current[key]
             current.update(attrs)
-        for module, parameters, buffers in tensors:
+        for module, (parameters, buffers) in self.tensors.items():
             module._parameters.clear()
             module._parameters.update(parameters)
             module._buffers.clear()
             module._buffers.update(buffers)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@contextlib.contextmanager
+def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> Iterator[StateSnapshot]:
+    """Snapshot plain attributes of every module and config; restore them on exit.
+
+    Yields the snapshot, so the tracer can ask which attributes tracing wrote.
+    """
+    snapshot = StateSnapshot(model)
+    if disable_cache:
+        # Decorators read use_cache from the config; a DynamicCache must not reach the graph.
+        for config in snapshot.configs:
+            if "use_cache" in vars(config) or hasattr(type(config), "use_cache"):
+                config.use_cache = False
+    try:
+        yield snapshot
+    finally:
+        snapshot.restore()

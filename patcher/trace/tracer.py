@@ -15,15 +15,16 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import torch
 from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from .diagnose import diagnose
-from .errors import MissingTargetsError, SampleInputError, TargetMatchError, UntraceableCodeError
+from .errors import MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, UntraceableCodeError
 from .matching import match_modules, parse_patterns, resolve_targets
-from .opaque import opaque_calls
+from .opaque import opaque_calls, traced_dtype_queries
 from .state import preserved_model_state
 
 ROOT_ATTRIBUTE = "_tracezoo_root"
@@ -134,6 +135,9 @@ class SequentialTracer(fx.Tracer):
         if isinstance(a, torch.Tensor):
             path = self._tensor_paths.get(id(a))
             return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        if isinstance(a, np.generic):
+            # numpy scalars would be emitted as `np.float64(8.0)`, a name the graph code lacks
+            return a.item()
         if isinstance(a, PretrainedConfig):
             # By reference, never rebuilt from fields: rebuilding loses _attn_implementation.
             path = self._config_paths.get(id(a))
@@ -302,12 +306,23 @@ def trace_graph(
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
-    with gc_paused(), preserved_model_state(model, traced_modules), opaque_calls(model, ignore), \
-            _swapped_class(model, traced_class):
+    with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
+            traced_dtype_queries(), _swapped_class(model, traced_class):
         try:
             graph = tracer.trace(model)
         except Exception as exc:  # every failure gets a source location when one exists
             raise _explain(exc, model, tracer) from exc
+        # Leaves run later, reading their attributes then: a write made while tracing is undone
+        # below, so the graph would silently run them in the state from before the write.
+        leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+    if leaf_changes:
+        raise StateChangeError(
+            f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
+            f"later as single calls: {'; '.join(leaf_changes[:5])}{' ...' if len(leaf_changes) > 5 else ''}. "
+            "The graph would run them without that change (a silent wrong result). Put the model in that state "
+            "before tracing (e.g. call the setter the forward calls), or make the forward not write module state.",
+            leaf_changes,
+        )
     _check_no_hidden_targets(graph, model, targets)
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
                        target_names=list(targets))
