@@ -91,6 +91,41 @@ def adopt_library_loading(module: ModuleType) -> ModuleType:
     return module
 
 
+class _TraceableAutoClass:
+    """Stands in for ``AutoModel`` & co. inside a generated module.
+
+    Composite models build sub-models with ``AutoModel.from_config(config.text_config)``, which
+    would return the *original* transformers class and bypass every rewrite made to it. Here the
+    class the Auto class would choose is swapped for its traceable variant: from the same
+    generated module when it is defined there, else generated from its own modeling file.
+    """
+
+    def __init__(self, auto: type, generated: ModuleType, source_module: str, options: dict):
+        self._auto = auto
+        self._generated = generated
+        self._source_module = source_module
+        self._options = options
+
+    def from_config(self, config, **kwargs):
+        original = self._auto._model_mapping[type(config)]
+        if original.__module__ == self._source_module:
+            traceable = getattr(self._generated, original.__name__)
+        else:
+            traceable = load_traceable(original, **self._options)
+        return traceable._from_config(config, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._auto, name)
+
+
+def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict) -> None:
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+    for name, value in list(vars(module).items()):
+        if isinstance(value, type) and issubclass(value, _BaseAutoModelClass):
+            setattr(module, name, _TraceableAutoClass(value, module, source_module, options))
+
+
 def _source_of(cls: type) -> tuple[str, str, str]:
     module = sys.modules[cls.__module__]
     path = inspect.getsourcefile(module)
@@ -124,6 +159,11 @@ def load_traceable(
                           locations=locations)
     directory = Path(cache_dir) if cache_dir is not None else None
     module = import_generated(result.code, Path(path).stem, directory)
+    if not getattr(module, "_tracezoo_auto_redirected", False):
+        # Sub-models from other modeling files get their traceable variants too (same options,
+        # minus locations, which are lines of this file only).
+        _redirect_auto_classes(module, module_name, {"targets": targets, "ignore": ignore, "cache_dir": cache_dir})
+        module._tracezoo_auto_redirected = True
     traceable = getattr(module, cls.__name__)
     traceable.__tracezoo_patch__ = result
     return traceable

@@ -40,7 +40,6 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "create_bidirectional_mask",
     "create_bidirectional_sliding_window_mask",
     "create_recurrent_attention_mask",
-    "create_masks_for_generate",
     "_prepare_4d_causal_attention_mask",
     "_prepare_4d_causal_attention_mask_with_cache_position",
     "_prepare_4d_attention_mask",
