@@ -1446,20 +1446,6 @@ class MllamaModel(MllamaPreTrainedModel):
         )
 
 
-@torch.fx.wrap
-def _wrapped_prepare_inputs_for_generation_padding_length(padding_length, cross_attention_mask):
-    # from modeling_mllama.py:1571 (MllamaForConditionalGeneration.prepare_inputs_for_generation)
-    try:
-        if padding_length > 0:
-            cross_attention_mask = torch.cat(
-                [cross_attention_mask, cross_attention_mask[:, -1:].expand(-1, padding_length, -1, -1)], dim=1
-            )
-        return cross_attention_mask
-    except Exception as _tz_exc:
-        _tz_note(_tz_exc, 'modeling_mllama.py:1571 (MllamaForConditionalGeneration.prepare_inputs_for_generation)')
-        raise
-
-
 @auto_docstring(
     custom_intro="""
     The Mllama model which consists of a vision encoder and a language model.
@@ -1646,8 +1632,10 @@ class MllamaForConditionalGeneration(MllamaPreTrainedModel, GenerationMixin):
         if cross_attention_mask is not None:
             sequence_length = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
             padding_length = sequence_length - cross_attention_mask.shape[1]
-            # TRACING(TZ105): branch on a shape, rank or dtype -> _wrapped_prepare_inputs_for_generation_padding_length
-            cross_attention_mask = _wrapped_prepare_inputs_for_generation_padding_length(padding_length, cross_attention_mask)
+            if padding_length > 0:
+                cross_attention_mask = torch.cat(
+                    [cross_attention_mask, cross_attention_mask[:, -1:].expand(-1, padding_length, -1, -1)], dim=1
+                )
             # The mask gains a row per decoded token: slice it down to the tokens being processed, otherwise dynamo
             # recompiles at every step. The `clone` gives the slice a consistent stride, which it also guards on.
             if next_sequence_length is not None:

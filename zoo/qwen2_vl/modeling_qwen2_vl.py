@@ -4,7 +4,7 @@
 # source file: transformers/models/qwen2_vl/modeling_qwen2_vl.py
 # transformers version: 5.23.0
 # patcher version: 0.1.0
-# rules applied: TZ101, TZ102, TZ103, TZ104, TZ105, TZ106
+# rules applied: TZ102, TZ103, TZ104, TZ105, TZ106
 
 # Copyright 2024 The Qwen team, Alibaba Group and the HuggingFace Inc. team. All rights reserved.
 #
@@ -986,46 +986,12 @@ def _check_n_video_tokens(n_video_tokens, inputs_embeds, video_features):
 
 
 @torch.fx.wrap
-def _wrapped_compute_3d_position_ids_can_compute_mrope(self, can_compute_mrope, past_key_values_length, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids, inputs_embeds):
-    # unset on some paths, as in the original
-    position_ids = None
-    rope_deltas = None
-    batch_size = None
-    seq_length = None
-    _ = None
-    delta = None
-    # from modeling_qwen2_vl.py:1090 (Qwen2VLModel.compute_3d_position_ids)
+def _wrapped_get_rope_index(obj, *args, **kwargs):
+    # from modeling_qwen2_vl.py:1091 (calls get_rope_index)
     try:
-        if can_compute_mrope and (self.rope_deltas is None or past_key_values_length == 0):
-            position_ids, rope_deltas = self.get_rope_index(
-                input_ids,
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=video_grid_thw,
-                attention_mask=attention_mask,
-                mm_token_type_ids=mm_token_type_ids,
-            )
-            self.rope_deltas = rope_deltas
-        # Use pre-calculated rope-deltas to infer correct 3D position ids during incremental
-        # generation (past_key_values_length > 0) or when only inputs_embeds is provided (no input_ids
-        # to recompute from). Skip when input_ids is provided without past_key_values to avoid shape
-        # mismatches from stale rope_deltas (e.g., training forward pass after generation).
-        elif self.rope_deltas is not None and (past_key_values_length > 0 or input_ids is None):
-            batch_size, seq_length, _ = inputs_embeds.shape
-            if attention_mask is not None:
-                position_ids = attention_mask.long().cumsum(-1) - 1
-                position_ids = position_ids.masked_fill(attention_mask == 0, 0)
-                position_ids = position_ids.view(1, batch_size, -1).repeat(3, 1, 1).to(inputs_embeds.device)
-            else:
-                position_ids = torch.arange(past_key_values_length, past_key_values_length + seq_length)
-                position_ids = position_ids.view(1, 1, -1).expand(3, batch_size, -1).to(inputs_embeds.device)
-            delta = self.rope_deltas.repeat_interleave(batch_size // self.rope_deltas.shape[0], dim=0)
-            position_ids = position_ids + delta.to(device=inputs_embeds.device)
-        else:
-            # Can't build correct 3D positions. Let the model infer it
-            position_ids = None
-        return (position_ids, rope_deltas, batch_size, seq_length, _, delta)
+        return obj.get_rope_index(*args, **kwargs)
     except Exception as _tz_exc:
-        _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1090 (Qwen2VLModel.compute_3d_position_ids)')
+        _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1091 (calls get_rope_index)')
         raise
 
 
@@ -1289,8 +1255,34 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
             )
         can_compute_mrope = input_ids is not None and mm_token_type_ids is not None and has_multimodal
 
-        # TRACING(TZ101): branch on a tensor value -> _wrapped_compute_3d_position_ids_can_compute_mrope
-        position_ids, rope_deltas, batch_size, seq_length, _, delta = _wrapped_compute_3d_position_ids_can_compute_mrope(self, can_compute_mrope, past_key_values_length, input_ids, image_grid_thw, video_grid_thw, attention_mask, mm_token_type_ids, inputs_embeds)
+        if can_compute_mrope and (self.rope_deltas is None or past_key_values_length == 0):
+            # TRACING(TZ103): data-dependent method wrapped whole: get_rope_index runs as one opaque call
+            position_ids, rope_deltas = _wrapped_get_rope_index(
+                self, input_ids,
+                image_grid_thw=image_grid_thw,
+                video_grid_thw=video_grid_thw,
+                attention_mask=attention_mask,
+                mm_token_type_ids=mm_token_type_ids,
+            )
+            self.rope_deltas = rope_deltas
+        # Use pre-calculated rope-deltas to infer correct 3D position ids during incremental
+        # generation (past_key_values_length > 0) or when only inputs_embeds is provided (no input_ids
+        # to recompute from). Skip when input_ids is provided without past_key_values to avoid shape
+        # mismatches from stale rope_deltas (e.g., training forward pass after generation).
+        elif self.rope_deltas is not None and (past_key_values_length > 0 or input_ids is None):
+            batch_size, seq_length, _ = inputs_embeds.shape
+            if attention_mask is not None:
+                position_ids = attention_mask.long().cumsum(-1) - 1
+                position_ids = position_ids.masked_fill(attention_mask == 0, 0)
+                position_ids = position_ids.view(1, batch_size, -1).repeat(3, 1, 1).to(inputs_embeds.device)
+            else:
+                position_ids = torch.arange(past_key_values_length, past_key_values_length + seq_length)
+                position_ids = position_ids.view(1, 1, -1).expand(3, batch_size, -1).to(inputs_embeds.device)
+            delta = self.rope_deltas.repeat_interleave(batch_size // self.rope_deltas.shape[0], dim=0)
+            position_ids = position_ids + delta.to(device=inputs_embeds.device)
+        else:
+            # Can't build correct 3D positions. Let the model infer it
+            position_ids = None
         return position_ids
 
     @can_return_tuple
@@ -1379,16 +1371,6 @@ def _wrapped_prepare_position_ids_for_generation_len_inputs_tensor_shape(inputs_
         return is_input_ids
     except Exception as _tz_exc:
         _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1346 (Qwen2VLForConditionalGeneration._prepare_position_ids_for_generation)')
-        raise
-
-
-@torch.fx.wrap
-def _wrapped_get_rope_index(obj, *args, **kwargs):
-    # from modeling_qwen2_vl.py:1353 (calls get_rope_index)
-    try:
-        return obj.get_rope_index(*args, **kwargs)
-    except Exception as _tz_exc:
-        _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1353 (calls get_rope_index)')
         raise
 
 

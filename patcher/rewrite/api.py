@@ -1,0 +1,272 @@
+"""patch_source / patch_file: the rewriter's public entry points."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import libcst as cst
+
+from . import header as hdr
+from .engine import Blocker, Rewrite, run_rules
+from .errors import PatchError
+from .imports import AbsoluteImports
+from .rules import ALL_RULES
+
+_MODEL_BASES = ("Module", "PreTrainedModel", "GradientCheckpointingLayer", "GenerationMixin")
+
+
+@dataclass
+class PatchResult:
+    """What patching produced.
+
+    ``code``: the patched source (header included); ``rewrites``: one ``Rewrite`` per change;
+    ``blockers``: what was found but refused or not handled (``str(b)`` is ``file:line: code
+    (kind): reason``); ``manifest``: the JSON-able record written next to the output.
+    """
+
+    code: str
+    manifest: dict
+    rewrites: list[Rewrite] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+    source: str = ""
+    output_path: Path | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.rewrites)
+
+    def diff(self, fromfile: str = "original", tofile: str = "patched") -> str:
+        return "".join(difflib.unified_diff(self.source.splitlines(True), self.code.splitlines(True),
+                                            fromfile=fromfile, tofile=tofile))
+
+
+def _infer_module(path: str | None) -> str | None:
+    """Dotted module name from the package directories (those with __init__.py) above `path`."""
+    if not path:
+        return None
+    p = Path(path).resolve()
+    parts = [p.stem]
+    d = p.parent
+    while (d / "__init__.py").exists():
+        parts.append(d.name)
+        d = d.parent
+    return ".".join(reversed(parts)) if len(parts) > 1 else None
+
+
+def _display_file(path: str | None, module: str | None) -> str:
+    """Path relative to the top package when known: the header must not depend on the machine."""
+    if not path:
+        return "<string>"
+    if module and "." in module:
+        p = Path(path).resolve()
+        depth = module.count(".")
+        return "/".join(p.parts[-(depth + 1):])
+    return os.path.basename(path)
+
+
+def patch_source(
+    source: str,
+    *,
+    module_name: str | None = None,
+    source_path: str | None = None,
+    targets: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    locations: Sequence[tuple] = (),
+) -> PatchResult:
+    """Rewrite `source` (a modeling file's text) so that torch.fx can trace it.
+
+    `module_name` (e.g. ``transformers.models.llava.modeling_llava``) makes relative imports
+    absolute; without it, it is inferred from `source_path`'s packages. `targets`: class names of
+    the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
+    method names to call opaquely (added to ``rules.ignored_call.DEFAULT_IGNORE``). `locations`:
+    ``(lineno, kind_or_rule_code)`` pairs (lines of `source`) from tracer failures, rewritten even
+    where static detection sees nothing; a string instead of a line number names a function or
+    method to wrap whole. Works on any Python source (no model-class check; see `patch_file`).
+
+    >>> r = patch_source("import torch\\ndef f(x: torch.Tensor):\\n    assert x.sum() > 0, 'empty'\\n    return x\\n")
+    >>> [(w.code, w.function) for w in r.rewrites]
+    [('TZ102', '_check_x_sum')]
+    >>> patch_source(r.code).code == r.code
+    True
+    """
+    fields, body = hdr.split_header(source)
+    offset = source[: len(source) - len(body)].count("\n")  # header lines: locations index `source`
+    module_name = module_name or fields.get("source module") or _infer_module(source_path)
+    if module_name == "<unknown>":
+        module_name = None
+    shown_file = fields.get("source file") or _display_file(source_path, module_name)
+    filename = os.path.basename(shown_file) if shown_file != "<string>" else (
+        (module_name.rsplit(".", 1)[-1] + ".py") if module_name else "<string>")
+    try:
+        module = cst.parse_module(body)
+    except cst.ParserSyntaxError as exc:
+        raise PatchError(f"syntax error: {exc.message}", path=source_path or shown_file,
+                         line=exc.raw_line + offset) from None
+    except Exception as exc:  # libcst raises a few other types for odd input (e.g. bad encodings)
+        raise PatchError(f"cannot parse: {exc}", path=source_path or shown_file, line=1) from None
+    package = module_name.rsplit(".", 1)[0] if module_name and "." in module_name else None
+    imports = AbsoluteImports(package)
+    module = imports.apply(module)
+    shifted = [(loc[0] - offset if isinstance(loc[0], int) else loc[0],) + tuple(loc[1:]) for loc in locations]
+    new_module, state = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=shifted)
+    if state.containers_changed:
+        new_module = _settle(body, new_module, state, filename=filename, targets=targets, ignore=ignore)
+    out_body = new_module.code
+    for b in state.blockers:
+        b.line += offset
+    for r in state.rewrites:
+        r.lines = (r.lines[0] + offset, r.lines[1] + offset)
+    for node in imports.unresolved:
+        state.blockers.append(Blocker(filename, 0, "TZ100", "import",
+                                      "relative import left as is: the source module's package is unknown"))
+    rules = hdr.rules_in(out_body)
+    code = hdr.make_header(module=module_name or "<unknown>", file=shown_file, rules=rules) + out_body
+    manifest = {
+        "source_module": module_name,
+        "source_file": shown_file,
+        "transformers_version": hdr.transformers_version(),
+        "patcher_version": hdr.patcher_version(),
+        "rules_applied": rules,
+        "rule_descriptions": {r.CODE: r.DESCRIPTION for r in ALL_RULES},
+        "imports_made_absolute": imports.changed,
+        "rewrites": [r.as_dict() for r in state.rewrites],
+        "blockers": [b.as_dict() for b in state.blockers],
+    }
+    return PatchResult(code=code, manifest=manifest, rewrites=list(state.rewrites),
+                       blockers=list(state.blockers), source=source)
+
+
+def _line_map(before: str, after: str) -> dict[int, int]:
+    """1-based lines of `after` that survive unchanged from `before` -> their line there."""
+    a, b = before.splitlines(), after.splitlines()
+    mapping: dict[int, int] = {}
+    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            mapping[block.b + k + 1] = block.a + k + 1
+    return mapping
+
+
+def _settle(original: str, module: cst.Module, state, *, filename, targets, ignore, passes: int = 3) -> cst.Module:
+    """Re-run the rules on the functions where a hoist turned a list into a proxy, until nothing
+    new fires: code *before* the hoist (in a loop) may iterate it. Later rewrites are recorded
+    with lines of `original`."""
+    only = set(state.unsettled)
+    for _ in range(passes):
+        mapping = _line_map(original, module.code)
+        new_module, again = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=(),
+                                      only=only, redirect=state.redirect_methods, line_map=mapping)
+        if not again.rewrites:
+            break
+        for r in again.rewrites:
+            r.lines = (mapping.get(r.lines[0], r.lines[0]), mapping.get(r.lines[1], r.lines[1]))
+            state.rewrites.append(r)
+        module = new_module
+        if not again.containers_changed:
+            break
+        only = set(again.unsettled)
+    return module
+
+
+def _locate(module_or_path: str | os.PathLike) -> tuple[Path, str | None]:
+    text = os.fspath(module_or_path)
+    if text.endswith(".py") or os.sep in text or os.path.exists(text):
+        path = Path(text)
+        if not path.is_file():
+            raise PatchError("no such file", path=text, line=0)
+        return path, None
+    try:
+        spec = importlib.util.find_spec(text)
+    except (ImportError, ValueError) as exc:
+        raise PatchError(f"cannot find module {text!r}: {exc}", path=text, line=0) from None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise PatchError(f"cannot find a Python source file for module {text!r}", path=text, line=0)
+    return Path(spec.origin), text
+
+
+def _has_model_classes(module: cst.Module) -> bool:
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            for base in stmt.bases:
+                code = cst.Module([]).code_for_node(base.value)
+                if code.endswith(_MODEL_BASES) or code.endswith("PreTrainedModel"):
+                    return True
+    return False
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def output_paths(source_path: Path, output_dir: str | os.PathLike) -> tuple[Path, Path]:
+    out = Path(output_dir) / f"{source_path.stem}.py"
+    return out, out.with_name(f"{source_path.stem}.manifest.json")
+
+
+def patch_file(
+    module_or_path: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    targets: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    force: bool = False,
+    check: bool = False,
+    locations: Sequence[tuple] = (),
+) -> PatchResult:
+    """Patch a modeling file and write ``<output_dir>/<stem>.py`` and ``<stem>.manifest.json``.
+
+    `module_or_path`: a module name (``transformers.models.llava.modeling_llava``) or a path.
+    Both files are written atomically (temp file + ``os.replace``). An existing output without
+    the generated header is not overwritten unless `force`. With `check`, nothing is written:
+    ``result.output_path`` says where it would go, and ``result.manifest["up_to_date"]`` whether
+    the file there already equals the generated code. Raises `PatchError` (nothing written) for a
+    missing file, a syntax error, a module without nn.Module/PreTrainedModel classes, or an
+    output that is not ours.
+
+    >>> r = patch_file("transformers.models.llava.modeling_llava", "/tmp/tz-doctest")  # doctest: +SKIP
+    >>> r.output_path.name, sorted({w.code for w in r.rewrites})  # doctest: +SKIP
+    ('modeling_llava.py', ['TZ102', 'TZ103', 'TZ106'])
+    """
+    path, module_name = _locate(module_or_path)
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PatchError(f"cannot read: {exc}", path=str(path), line=0) from None
+    result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
+                          ignore=ignore, locations=locations)
+    _, body = hdr.split_header(source)
+    if not _has_model_classes(cst.parse_module(body)):
+        raise PatchError("no model classes (no nn.Module / PreTrainedModel subclasses) in this module",
+                         path=str(path), line=1)
+    out, manifest_path = output_paths(path, output_dir)
+    result.output_path = out
+    if out.resolve() == path.resolve() and not hdr.has_header(source):
+        raise PatchError("output would overwrite the source file", path=str(out), line=0)
+    existing = out.read_text(encoding="utf-8") if out.is_file() else None
+    if check:
+        result.manifest["up_to_date"] = existing == result.code
+        result.source = existing if existing is not None else ""
+        return result
+    if out.exists() and not out.is_file():
+        raise PatchError("output path exists and is not a file", path=str(out), line=0)
+    if existing is not None and not hdr.has_header(existing) and not force:
+        raise PatchError("output file exists and was not generated by the patcher (use force=True / --force)",
+                         path=str(out), line=1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(out, result.code)
+    _write_atomic(manifest_path, json.dumps(result.manifest, indent=2, sort_keys=True) + "\n")
+    return result

@@ -1,0 +1,210 @@
+"""The state a rewrite works in: the module being patched, the function, the statement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from . import hoist as hoist_mod
+from .detect import find_issues, header_nodes
+from .naming import Namer
+from .positions import positions_of
+from .records import Blocker, Rewrite
+from .shapes import is_shape_expr
+from .taint import CLEAN, Taint
+from .targets import TargetIndex
+from .walk import descendants
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass
+class ModuleState:
+    filename: str
+    wrapper: MetadataWrapper
+    namer: Namer
+    ignore: set[str]
+    redirect_methods: dict[str, str]  # method name -> rule code (whole-method wrap)
+    targets: TargetIndex
+    locations: dict[int, str]  # line -> kind or rule code
+    existing_wrapped: set[str]
+    wrapped_defs: dict
+    has_torch: bool
+    has_note_helper: bool
+    rewrites: list[Rewrite] = field(default_factory=list)
+    blockers: list[Blocker] = field(default_factory=list)
+    pending: list[cst.BaseStatement] = field(default_factory=list)
+    forwarders: dict[tuple[str, bool], tuple[str, str]] = field(default_factory=dict)
+    used_locations: set[int] = field(default_factory=set)
+    containers_changed: bool = False
+    unsettled: set = field(default_factory=set)  # functions to look at again (see api._settle)
+    only: set | None = None  # rewrite only these functions (qualnames); None: all
+    line_map: dict = field(default_factory=dict)  # lines of this module -> lines of the original source
+    _pos: object = None
+
+    current_top: int = 0  # index of the top-level statement being rewritten
+    _starts: list | None = None
+    _done_tops: set = field(default_factory=set)
+
+    def lines(self, node: cst.CSTNode) -> tuple[int, int]:
+        """(first, last) line of an original node of the current top-level statement.
+
+        Positions cost a codegen pass with bookkeeping on every node; it is paid only for the
+        top-level statements that something is rewritten in (plain codegen finds their start)."""
+        if self._pos is None:
+            self._pos = {}
+        r = self._pos.get(node)
+        if r is None and self.current_top not in self._done_tops:
+            self._done_tops.add(self.current_top)
+            self._pos.update(positions_of(self.wrapper.module, self.current_top, self._top_starts()))
+            r = self._pos.get(node)
+        if r is None:
+            raise KeyError(node)
+        return r.start.line, r.end.line
+
+    def _top_starts(self) -> list[int]:
+        if self._starts is None:
+            module = self.wrapper.module
+            line = 1 + len(module.header)
+            starts = []
+            for stmt in module.body:
+                starts.append(line)
+                line += module.code_for_node(stmt).count("\n")
+            self._starts = starts
+        return self._starts
+
+    def origin(self, line: int) -> str:
+        return f"{self.filename}:{self.line_map.get(line, line)}"
+
+    def block(self, line: int, code: str, kind: str, reason: str) -> None:
+        b = Blocker(self.filename, line, code, kind, reason)
+        if not any((x.line, x.reason) == (b.line, b.reason) for x in self.blockers):
+            self.blockers.append(b)
+
+    def add_function(self, fn: cst.FunctionDef) -> None:
+        if not self.has_torch:
+            self.pending.append(cst.parse_statement("import torch").with_changes(
+                leading_lines=[cst.EmptyLine(comment=cst.Comment("# TRACING: the wrapped functions below need torch.fx"))]))
+            self.has_torch = True
+        if not self.has_note_helper:
+            self.pending.append(hoist_mod.note_helper())
+            self.has_note_helper = True
+        self.pending.append(fn)
+
+
+@dataclass
+class FunctionCtx:
+    qualname: str
+    method: str
+    cls: str | None
+    taint: Taint
+    local_names: set[str]
+    first_bound_fn: object
+    params: set[str]
+    shape_names: set[str]
+    module_locals: set[str]
+    _first_bound: dict | None = None
+
+    @property
+    def first_bound(self) -> dict[str, int]:
+        if self._first_bound is None:
+            self._first_bound = self.first_bound_fn()
+        return self._first_bound
+
+
+class StatementContext:
+    """What a rule may ask about, and do to, one statement (see rules/base.py)."""
+
+    def __init__(self, engine: "Engine", fctx: FunctionCtx, stmt: cst.CSTNode, forced: str | None,
+                 forced_lines: set[int]):
+        self.engine = engine
+        self.state = engine.state
+        self.fctx = fctx
+        self.stmt = stmt
+        self.taint = fctx.taint
+        self.method = fctx.method.strip("_") or "fn"
+        self.forced = forced
+        self.forced_lines = forced_lines
+        self.hoisted = False
+        self.blocked = False
+        self._issues: dict[int, list] = {}
+
+    def issues(self, stmt: cst.CSTNode) -> list:
+        key = id(stmt)
+        if key not in self._issues:
+            self._issues[key] = find_issues(stmt, self.taint)
+        return self._issues[key]
+
+    def forces(self, code: str, branch: cst.If) -> bool:
+        if self.forced != code:
+            return False
+        start, _ = self.state.lines(branch)
+        _, end = self.state.lines(branch.test)
+        return any(start <= line <= end for line in self.forced_lines)
+
+    def is_local(self, name: str) -> bool:
+        return name in self.fctx.local_names
+
+    def is_shape(self, expr: cst.CSTNode) -> bool:
+        return is_shape_expr(expr, self.fctx.shape_names)
+
+    def mentions_redirected(self, stmt: cst.CSTNode) -> bool:
+        """Does `stmt`'s header name any ignored function or redirected method?"""
+        wanted = self.engine.redirect_names
+        for head in header_nodes(stmt):
+            for node in descendants(head, stop=(cst.FunctionDef, cst.ClassDef)):
+                if type(node) is cst.Name and node.value in wanted:
+                    return True
+        return False
+
+    def forwarder(self, name: str, *, method: bool) -> tuple[str, str] | None:
+        return self.engine.forwarder(name, method=method, line=self.state.lines(self.stmt)[0])
+
+    def replace(self, stmts: Sequence[cst.BaseStatement], *, code: str, reason: str,
+                span: cst.CSTNode) -> list[cst.BaseStatement]:
+        lines = self.state.lines(span)
+        comment = cst.EmptyLine(comment=cst.Comment(f"# TRACING({code}): {reason}"))
+        first = stmts[0].with_changes(leading_lines=list(stmts[0].leading_lines) + [comment])
+        self.state.rewrites.append(Rewrite(code, lines, None, reason, self.fctx.qualname))
+        return [first] + list(stmts[1:])
+
+    def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
+              span: cst.CSTNode, prefix: str = "_wrapped") -> list[cst.BaseStatement] | None:
+        lines = self.state.lines(span)
+        why_not = hoist_mod.unhoistable(list(stmts)) or self.state.targets.hidden_targets(
+            list(stmts), self.fctx.cls, self.fctx.module_locals)
+        if why_not:
+            self.state.block(lines[0], code, "unhoistable", f"{reason}; not rewritten: {why_not}")
+            self.blocked = True
+            return None
+        base = f"{prefix}_{desc}".replace("__", "_")
+        name = self.state.namer.unique(base, method=self.method, line=lines[0])
+        defined_before = {n for n, line in self.fctx.first_bound.items() if line < lines[0]} | self.fctx.params
+        origin = f"{self.state.origin(lines[0])} ({self.fctx.qualname})"
+        taint = self.taint
+
+        def rebind(n: str) -> bool:  # in-place writes into containers need no rebinding
+            return taint.names.get(n, CLEAN) != CLEAN and n not in taint.containers
+
+        h = hoist_mod.hoist(list(stmts), name=name, local_names=self.fctx.local_names, rebind=rebind,
+                            defined_before=defined_before, origin=origin,
+                            comment=f"# TRACING({code}): {reason} -> {name}")
+        self.state.add_function(h.function)
+        if h.maybe_none:
+            # Recorded for the tracer: downstream `is None` tests on these are fixed while tracing.
+            reason += f" (may return None for {', '.join(h.maybe_none)})"
+        self.state.rewrites.append(Rewrite(code, lines, name, reason, self.fctx.qualname))
+        self.hoisted = True
+        # What the call returns is a proxy while tracing, not the list/dict it was: later
+        # statements must see that (earlier ones are caught by another pass, see api).
+        became_proxies = set(h.returns) & taint.containers
+        if became_proxies:
+            taint.containers -= became_proxies
+            taint._memo.clear()
+            self.state.containers_changed = True
+            self.state.unsettled.add(self.fctx.qualname)
+        return h.replacement

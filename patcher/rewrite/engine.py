@@ -1,0 +1,352 @@
+"""Walks a module's functions statement by statement and applies the rules.
+
+The walk rebuilds only the statements a rule changes; every other node is the parsed original,
+so libcst prints it byte for byte. Functions the rules create are inserted just before the
+top-level class or function whose code they came from.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from . import hoist as hoist_mod
+from .context import FunctionCtx, ModuleState, StatementContext
+from .detect import find_issues, iter_statements
+from .names import function_body_use, param_list
+from .naming import Namer
+from .records import Blocker, Rewrite
+from .rules import EXPRESSION_RULES, HOIST_RULES
+from .rules.ignored_call import DEFAULT_IGNORE
+from .shapes import shape_names_of
+from .taint import META, VALUE, Taint, dotted, function_taint
+from .targets import TargetIndex
+
+__all__ = ["Blocker", "Engine", "Rewrite", "run_rules"]
+
+# Tracer failure kinds (from the repair loop) -> rule code; None: decided by the statement.
+KIND_TO_CODE = {
+    "bool": None, "control_flow": None, "branch": None, "condition": None,
+    "iter": "TZ103", "iteration": "TZ103", "len": "TZ103", "item": "TZ103", "tolist": "TZ103",
+    "setitem": "TZ103", "loop": "TZ103", "data": "TZ103",
+    "assert": "TZ102", "check": "TZ102", "raise": "TZ102",
+    "starred": "TZ104", "unpack": "TZ104",
+    "shape": "TZ105", "dtype": "TZ105", "ndim": "TZ105", "finfo": "TZ105",
+    "call": "TZ106", "opaque": "TZ106", "ignore": "TZ106",
+    # patcher.trace.diagnose.KINDS keys
+    "shape_branch": "TZ105", "starred_shape": "TZ104", "data_dependent": "TZ103",
+    "unsupported_object": "TZ106", "model_error": None,
+}
+# Methods that are the graph itself: wrapping them whole would make the model opaque.
+_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
+WHOLE_METHOD_MIN_ISSUES = 3
+# Methods that never run under the tracer (construction, weight init, generation plumbing):
+# rewriting them would only add noise to the diff.
+NOT_TRACED = frozenset({"__init__", "_init_weights", "init_weights", "extra_repr", "__repr__",
+                        "prepare_inputs_for_generation", "_update_model_kwargs_for_generation"})
+
+
+def _is_fx_wrapped(fn: cst.FunctionDef) -> bool:
+    return any(dotted(d.decorator) in ("torch.fx.wrap", "fx.wrap", "wrap") for d in fn.decorators)
+
+
+class Engine:
+    def __init__(self, state: ModuleState):
+        self.state = state
+        self.redirect_names = set(state.ignore) | set(state.redirect_methods)
+
+    # -- module level ---------------------------------------------------------------------
+    def run(self, module: cst.Module) -> cst.Module:
+        new_body: list[cst.BaseStatement] = []
+        for index, stmt in enumerate(module.body):
+            self.state.current_top = index
+            out = self.top_level(stmt)
+            if self.state.pending:
+                new_body.extend(self.state.pending)
+                self.state.pending = []
+            new_body.append(out)
+        return module.with_changes(body=new_body)
+
+    def top_level(self, stmt: cst.BaseStatement) -> cst.BaseStatement:
+        if isinstance(stmt, cst.ClassDef):
+            return self.visit_class(stmt, None, None)
+        if isinstance(stmt, cst.FunctionDef):
+            return self.visit_function(stmt, None, None, "")
+        return stmt
+
+    def visit_class(self, cls: cst.ClassDef, outer: FunctionCtx | None, prefix: str | None) -> cst.ClassDef:
+        if not isinstance(cls.body, cst.IndentedBlock):
+            return cls
+        qual = f"{prefix}.{cls.name.value}" if prefix else cls.name.value
+        body = []
+        for stmt in cls.body.body:
+            if isinstance(stmt, cst.FunctionDef):
+                body.append(self.visit_function(stmt, cls.name.value, outer, qual))
+            elif isinstance(stmt, cst.ClassDef):
+                body.append(self.visit_class(stmt, outer, qual))
+            else:
+                body.append(stmt)
+        return cls.with_changes(body=cls.body.with_changes(body=body))
+
+    def skip_function(self, fn: cst.FunctionDef, cls: str | None) -> bool:
+        name = fn.name.value
+        if _is_fx_wrapped(fn) or name == hoist_mod.NOTE_HELPER or (cls is not None and name in NOT_TRACED):
+            return True
+        if name in self.state.ignore:
+            return True  # runs as one opaque call: its body executes eagerly
+        return cls is not None and name in self.state.redirect_methods
+
+    def visit_function(self, fn: cst.FunctionDef, cls: str | None, outer: FunctionCtx | None,
+                       prefix: str) -> cst.FunctionDef:
+        if self.skip_function(fn, cls) or not isinstance(fn.body, cst.IndentedBlock):
+            return fn
+        qual = f"{prefix}.{fn.name.value}" if prefix else fn.name.value
+        if self.state.only is not None and not any(q == qual or q.startswith(qual + ".") for q in self.state.only):
+            return fn
+        fctx = self.function_ctx(fn, cls, outer, prefix)
+        body = self.block(fn.body.body, fctx)
+        return fn.with_changes(body=fn.body.with_changes(body=body))
+
+    def function_ctx(self, fn: cst.FunctionDef, cls: str | None, outer: FunctionCtx | None,
+                     prefix: str) -> FunctionCtx:
+        params = {p.name.value for p in param_list(fn)}
+        use = function_body_use(fn)
+        state = self.state
+
+        def first_bound() -> dict[str, int]:
+            # Lazy: positions cost a codegen pass, paid only by files that hoist something.
+            first: dict[str, int] = dict(outer.first_bound) if outer else {}
+            for node in use.write_nodes:
+                try:
+                    line = state.lines(node)[0]
+                except KeyError:
+                    continue
+                if node.value not in params:
+                    first[node.value] = min(first.get(node.value, line), line)
+            for p in params:
+                first.pop(p, None)
+            return first
+        local = set(params) | set(use.writes) | (outer.local_names if outer else set())
+        name = fn.name.value
+        qual = f"{prefix}.{name}" if prefix else name
+        return FunctionCtx(
+            qualname=qual, method=name, cls=cls if outer is None else outer.cls,
+            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs)),
+            local_names=local,
+            first_bound_fn=first_bound, params=params | (outer.params if outer else set()),
+            shape_names=shape_names_of(fn) | (outer.shape_names if outer else set()),
+            module_locals=self.state.targets.module_locals(fn, cls) | (outer.module_locals if outer else set()),
+        )
+
+    # -- statements -----------------------------------------------------------------------
+    def block(self, stmts: Iterable[cst.BaseStatement], fctx: FunctionCtx) -> list[cst.BaseStatement]:
+        out: list[cst.BaseStatement] = []
+        for stmt in stmts:
+            out.extend(self.statement(stmt, fctx))
+        return out
+
+    def _forced(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> tuple[str | None, set[int]]:
+        if not self.state.locations:
+            return None, set()
+        start, end = self.state.lines(stmt)
+        spans = [(start, end)]
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            heads = [stmt.test] if isinstance(stmt, (cst.If, cst.While)) else [stmt.iter] if isinstance(stmt, cst.For) else []
+            spans = [(start, self.state.lines(h)[1]) for h in heads] or [(start, start)]
+            if isinstance(stmt, cst.If):
+                br = stmt
+                while isinstance(br.orelse, cst.If):
+                    br = br.orelse
+                    spans.append((self.state.lines(br)[0], self.state.lines(br.test)[1]))
+        hits = {line for line in self.state.locations if any(a <= line <= b for a, b in spans)}
+        if not hits:
+            return None, set()
+        self.state.used_locations |= hits
+        kind = self.state.locations[min(hits)]
+        code = kind if kind.upper().startswith("TZ1") else KIND_TO_CODE.get(kind)
+        if code is None:
+            head = stmt.test if isinstance(stmt, (cst.If, cst.While)) else None
+            if isinstance(stmt, cst.For):
+                code = "TZ103"
+            elif head is not None and fctx.taint.of(head) == META:
+                code = "TZ105"
+            else:
+                code = "TZ101"
+        return code.upper(), hits
+
+    def statement(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> list[cst.BaseStatement]:
+        if isinstance(stmt, cst.FunctionDef):
+            return [self.visit_function(stmt, fctx.cls, fctx, fctx.qualname)]
+        if isinstance(stmt, cst.ClassDef):
+            return [self.visit_class(stmt, fctx, fctx.qualname)]
+        forced, lines = self._forced(stmt, fctx)
+        ctx = StatementContext(self, fctx, stmt, forced, lines)
+        for rule in HOIST_RULES:
+            out = rule.rewrite(stmt, ctx)
+            if out is not None:
+                if isinstance(stmt, cst.If) and len(out) == 1 and isinstance(out[0], cst.If):
+                    out = [self.kept_branches(stmt, out[0], fctx)]
+                return out
+            if ctx.blocked:
+                break
+        current = stmt
+        for rule in EXPRESSION_RULES:
+            ctx.stmt = stmt
+            out = rule.rewrite(current, ctx)
+            if out is None:
+                continue
+            if ctx.hoisted or len(out) != 1:
+                return out
+            current = out[0]
+        if forced and not ctx.hoisted and current is stmt and not ctx.blocked:
+            self.state.block(lines and min(lines) or self.state.lines(stmt)[0], forced, "targeted",
+                             f"{forced} does not apply to this statement")
+        return [self.descend(stmt, current, fctx)]
+
+    def descend(self, original: cst.BaseStatement, current: cst.BaseStatement, fctx: FunctionCtx):
+        """`current` (original with a rewritten header) with its nested blocks rewritten."""
+        if isinstance(original, cst.SimpleStatementLine) or not hasattr(original, "body"):
+            return current
+        changes: dict = {}
+        if isinstance(original.body, cst.IndentedBlock):
+            changes["body"] = current.body.with_changes(body=self.block(original.body.body, fctx))
+        if isinstance(original, cst.If) and original.orelse is not None:
+            if isinstance(original.orelse, cst.If):
+                changes["orelse"] = self.elif_branch(original.orelse, current.orelse, fctx)
+            else:
+                changes["orelse"] = self.else_block(original.orelse, current.orelse, fctx)
+        elif isinstance(original, (cst.For, cst.While)) and original.orelse is not None:
+            changes["orelse"] = self.else_block(original.orelse, current.orelse, fctx)
+        elif isinstance(original, (cst.Try, cst.TryStar)):
+            changes["handlers"] = [
+                cur.with_changes(body=cur.body.with_changes(body=self.block(h.body.body, fctx)))
+                if isinstance(h.body, cst.IndentedBlock) else cur
+                for h, cur in zip(original.handlers, current.handlers)
+            ]
+            for attr in ("orelse", "finalbody"):
+                if getattr(original, attr) is not None:
+                    changes[attr] = self.else_block(getattr(original, attr), getattr(current, attr), fctx)
+        return current.with_changes(**changes)
+
+    def kept_branches(self, original: cst.If, current: cst.If, fctx: FunctionCtx) -> cst.If:
+        """After a chain was hoisted from branch k on: rewrite inside branches 0..k-1, which stay."""
+        orig_chain, new_chain = [original], [current]
+        while isinstance(new_chain[-1].orelse, cst.If):
+            new_chain.append(new_chain[-1].orelse)
+            orig_chain.append(orig_chain[-1].orelse)
+        rebuilt = None
+        for orig, new in reversed(list(zip(orig_chain, new_chain))):
+            body = new.body
+            if isinstance(orig.body, cst.IndentedBlock):
+                body = new.body.with_changes(body=self.block(orig.body.body, fctx))
+            rebuilt = new.with_changes(body=body, orelse=rebuilt if rebuilt is not None else new.orelse)
+        return rebuilt
+
+    def else_block(self, original, current, fctx):
+        if not isinstance(original.body, cst.IndentedBlock):
+            return current
+        return current.with_changes(body=current.body.with_changes(body=self.block(original.body.body, fctx)))
+
+    def elif_branch(self, original: cst.If, current: cst.If, fctx: FunctionCtx) -> cst.If:
+        ctx = StatementContext(self, fctx, original, None, set())
+        header = current
+        for rule in EXPRESSION_RULES:
+            out = rule.rewrite(header, ctx)
+            if out is not None and not ctx.hoisted and len(out) == 1:
+                header = out[0]
+        return self.descend(original, header, fctx)
+
+    # -- forwarders -------------------------------------------------------------------------
+    def forwarder(self, name: str, *, method: bool, line: int) -> tuple[str, str] | None:
+        if method:
+            code = self.state.redirect_methods.get(name)
+        else:
+            code = "TZ106" if name in self.state.ignore else None
+        if code is None:
+            return None
+        key = (name, method)
+        if key not in self.state.forwarders:
+            fname = f"_wrapped_{name.strip('_')}"
+            if fname not in self.state.existing_wrapped:
+                fname = self.state.namer.unique(fname, method="method" if method else None)
+                self.state.add_function(hoist_mod.forwarding_wrapper(
+                    fname, name, method=method, origin=f"{self.state.origin(line)} (calls {name})"))
+            self.state.forwarders[key] = (fname, code)
+        return self.state.forwarders[key]
+
+
+def whole_method_candidates(module: cst.Module, targets: TargetIndex, wrapped: dict) -> dict[str, str]:
+    """Methods data-dependent through and through -> "TZ103" (their callers call them wrapped)."""
+    found: dict[str, str] = {}
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
+            continue
+        for fn in cls.body.body:
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or _is_fx_wrapped(fn):
+                continue
+            taint = function_taint(fn, Taint(wrapped=wrapped))
+            loops = data = 0
+            for stmt in iter_statements(fn.body):
+                if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
+                    loops += 1
+                data += sum(1 for i in find_issues(stmt, taint) if i.kind == "data" and i.level == VALUE)
+            # Loops over tensors driven by tensor data: no part of it can stay in a graph.
+            if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
+                found[fn.name.value] = "TZ103"
+    return found
+
+
+def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], ignore: Sequence[str],
+              locations: Sequence[tuple], only: set[str] | None = None,
+              redirect: dict[str, str] | None = None,
+              line_map: dict[int, int] | None = None) -> tuple[cst.Module, ModuleState]:
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    top_names: set[str] = set()
+    existing_wrapped: set[str] = set()
+    wrapped_defs: dict[str, cst.FunctionDef] = {}
+    for stmt in module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            top_names.add(stmt.name.value)
+            if isinstance(stmt, cst.FunctionDef) and _is_fx_wrapped(stmt):
+                existing_wrapped.add(stmt.name.value)
+                wrapped_defs[stmt.name.value] = stmt
+        else:
+            use = function_body_use_stmt(stmt)
+            top_names |= use
+    ignore_set = set(DEFAULT_IGNORE) | set(ignore)
+    line_locs: dict[int, str] = {}
+    for loc in locations:
+        where, kind = loc[0], (loc[1] if len(loc) > 1 else "bool")
+        if isinstance(where, str) and not where.isdigit():
+            ignore_set.add(where.rsplit(".", 1)[-1])
+        else:
+            line_locs[int(where)] = str(kind)
+    index = TargetIndex(module, targets)
+    redirect = dict(redirect) if redirect is not None else whole_method_candidates(module, index, wrapped_defs)
+    method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
+                    and isinstance(cls.body, cst.IndentedBlock) for fn in cls.body.body
+                    if isinstance(fn, cst.FunctionDef)}
+    for name in ignore_set:
+        if name in method_names or name not in top_names:
+            redirect.setdefault(name, "TZ106")
+    state = ModuleState(
+        filename=os.path.basename(filename), wrapper=wrapper, namer=Namer(top_names), ignore=ignore_set,
+        redirect_methods=redirect, targets=index, locations=line_locs, existing_wrapped=existing_wrapped,
+        wrapped_defs=wrapped_defs,
+        has_torch="torch" in top_names, has_note_helper=hoist_mod.NOTE_HELPER in top_names, only=only,
+        line_map=line_map or {},
+    )
+    new = Engine(state).run(module)
+    for line in sorted(set(line_locs) - state.used_locations):
+        state.block(line, line_locs[line] if line_locs[line].upper().startswith("TZ") else "TZ100",
+                    line_locs[line], "no rewritable statement at this line (outside functions, or in wrapped code)")
+    return new, state
+
+
+def function_body_use_stmt(stmt: cst.CSTNode) -> set[str]:
+    from .names import name_use
+
+    return set(name_use(stmt).writes)

@@ -1,0 +1,103 @@
+"""TZ103: loops over tensors and code driven by tensor data (`.tolist()`, `.item()`, `itertools`,
+`list(t)`/`len(t)`/`int(t)`, item assignment) move into wrapped functions, so the iteration count
+is decided by each run's input, not baked from the traced sample.
+
+`list(t)` alone becomes `t.unbind(0)` (same elements, stays in the graph). Methods that are
+data-dependent through and through (e.g. Qwen2-VL `get_rope_index`) are wrapped whole by the
+engine: their call sites call `_wrapped_<method>(obj, ...)`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..naming import describe
+from ..taint import VALUE, dotted
+from ._header import ScopedTransformer, transform_header
+
+CODE = "TZ103"
+DESCRIPTION = "loops over tensors and .tolist()/.item()/itertools-driven code move into wrapped functions"
+
+_KINDS = ("iter", "data", "setitem")
+
+
+def _unbind_list(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLine | None:
+    """`x = list(t)` -> `x = t.unbind(0)` when `t` is a traced tensor."""
+    if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return None
+    value = stmt.body[0].value
+    if not (isinstance(value, cst.Call) and dotted(value.func) == "list" and len(value.args) == 1
+            and not value.args[0].star and ctx.taint.of(value.args[0].value) == VALUE):
+        return None
+    arg = value.args[0].value
+    if not isinstance(arg, (cst.Name, cst.Attribute)):
+        return None
+    unbind = cst.Call(func=cst.Attribute(arg, cst.Name("unbind")), args=[cst.Arg(cst.Integer("0"))])
+    return stmt.with_changes(body=[stmt.body[0].with_changes(value=unbind)])
+
+
+def _is_sections(node: cst.CSTNode) -> bool:
+    """A list of split sizes (not one size): its length is the number of chunks."""
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return True
+    name = dotted(node) or ""
+    last = name.rsplit(".", 1)[-1]
+    return "section" in last or last.endswith(("sizes", "splits"))
+
+
+class _IndexSplits(ScopedTransformer):
+    """`enumerate(t.split(sections, ...))` -> `enumerate(t.split(sections, ...)[i] for i in range(len(sections)))`:
+    the chunk count comes from the Python list, so iteration needs no proxy."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.changed = 0
+
+    def leave_Call(self, original, updated):
+        if dotted(updated.func) != "enumerate" or len(updated.args) != 1:
+            return updated
+        inner = updated.args[0].value
+        if not (isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute)
+                and inner.func.attr.value == "split" and inner.args
+                and self.ctx.taint.of(inner.func.value) == VALUE
+                and self.ctx.taint.of(inner.args[0].value) == 0 and _is_sections(inner.args[0].value)):
+            return updated
+        self.changed += 1
+        index = cst.Name("_tz_chunk")
+        gen = cst.GeneratorExp(
+            elt=cst.Subscript(inner, [cst.SubscriptElement(cst.Index(index))]),
+            for_in=cst.CompFor(target=index, iter=cst.parse_expression(
+                f"range(len({cst.Module([]).code_for_node(inner.args[0].value)}))")),
+            lpar=[], rpar=[],
+        )
+        return updated.with_changes(args=[updated.args[0].with_changes(value=gen)])
+
+
+def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+    forced = ctx.forced == CODE
+    if isinstance(stmt, (cst.For, cst.While)):
+        head = stmt.iter if isinstance(stmt, cst.For) else stmt.test
+        level = ctx.taint.of_iterable(head) if isinstance(stmt, cst.For) else ctx.taint.of(head)
+        if not forced and level == 0:
+            return None
+        kind = "loop_over" if isinstance(stmt, cst.For) else "while"
+        return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{kind}_{describe(head, limit=2)}", span=stmt,
+                         reason=f"`{type(stmt).__name__.lower()}` driven by a traced value")
+    if isinstance(stmt, cst.SimpleStatementLine):
+        issues = [i for i in ctx.issues(stmt) if i.kind in _KINDS or (i.kind == "starred" and i.level == VALUE)]
+        if not issues and not forced:
+            return None
+        if issues and all(i.kind == "iter" for i in issues):
+            tr = _IndexSplits(ctx)
+            new = transform_header(stmt, tr)
+            if tr.changed and not [i for i in ctx.issues(new) if i.kind in _KINDS]:
+                return ctx.replace([new], code=CODE, span=stmt,
+                                   reason="iterate split chunks by index over the Python list of sizes")
+        if issues and all(i.kind == "iter" for i in issues) and (new := _unbind_list(stmt, ctx)) is not None:
+            return ctx.replace([new], code=CODE, span=stmt, reason="list(tensor) -> tensor.unbind(0) stays in the graph")
+        targets = [t.target for s in stmt.body if isinstance(s, cst.Assign) for t in s.targets]
+        desc = describe(*targets) if targets else describe(issues[0].node if issues else stmt)
+        if issues and issues[0].kind == "setitem":
+            desc = "set_" + describe(issues[0].node, limit=1)
+        return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{desc}", span=stmt,
+                         reason=issues[0].detail if issues else "data-dependent statement (targeted)")
+    return None

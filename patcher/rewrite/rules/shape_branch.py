@@ -1,0 +1,97 @@
+"""TZ105: decisions on shapes, ranks and dtypes (`.shape`, `.ndim`, `.dtype`, `torch.finfo(x.dtype)`)
+that would bake the traced sample into the graph.
+
+Prefers a rewrite that needs no decision: `if m.shape[1] != n: m = m[:, :n]` becomes the slice
+alone (a no-op when the sizes already agree). Anything else moves into a wrapped function, which
+decides at run time."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..naming import describe
+from ..taint import CLEAN, META, VALUE
+from ._chain import branches, first_branch, hoist_from
+
+CODE = "TZ105"
+DESCRIPTION = "branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped"
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).strip()
+
+
+def _size_compare(test: cst.BaseExpression):
+    """`x.shape[i] != n` / `x.size(i) != n` (either side) -> (x, n) as code strings."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.NotEqual)):
+        return None
+    left, right = test.left, test.comparisons[0].comparator
+    for a, b in ((left, right), (right, left)):
+        base = None
+        if isinstance(a, cst.Subscript) and isinstance(a.value, cst.Attribute) and a.value.attr.value == "shape":
+            base = a.value.value
+        elif isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and a.func.attr.value == "size" and a.args:
+            base = a.func.value
+        if base is not None:
+            return _code(base), _code(b)
+    return None
+
+
+def _always_slice(stmt: cst.If) -> cst.BaseStatement | None:
+    """The body alone, when it only truncates the compared tensor to the compared size."""
+    if stmt.orelse is not None:
+        return None
+    pair = _size_compare(stmt.test)
+    body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
+    if pair is None or len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+        return None
+    tensor, size = pair
+    small = body[0].body
+    if len(small) != 1 or not isinstance(small[0], cst.Assign) or len(small[0].targets) != 1:
+        return None
+    assign = small[0]
+    value = assign.value
+    if _code(assign.targets[0].target) != tensor or not isinstance(value, cst.Subscript) or _code(value.value) != tensor:
+        return None
+    truncating = 0
+    for el in value.slice:
+        sl = el.slice
+        if not isinstance(sl, cst.Slice) or sl.step is not None:
+            return None
+        lower_ok = sl.lower is None or _code(sl.lower) == "0"
+        if sl.upper is None and lower_ok:
+            continue
+        if lower_ok and sl.upper is not None and _code(sl.upper) == size:
+            truncating += 1
+            continue
+        return None
+    if truncating != 1:
+        return None
+    return body[0]
+
+
+def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+    forced = ctx.forced == CODE
+    if isinstance(stmt, cst.If):
+        index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN)
+        if index is None:
+            return None
+        branch = branches(stmt)[index]
+        if not ctx.forces(CODE, branch) and ctx.taint.of(branch.test) != META:
+            return None
+        if index == 0 and (sliced := _always_slice(stmt)) is not None:
+            new = sliced.with_changes(leading_lines=list(stmt.leading_lines))
+            return ctx.replace([new], code=CODE, span=stmt,
+                               reason="size check dropped: slicing to the size is a no-op when sizes agree")
+        return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a shape, rank or dtype")
+    if isinstance(stmt, cst.SimpleStatementLine):
+        issues = [i for i in ctx.issues(stmt) if i.kind in ("bool", "finfo") and i.level == META]
+        if not issues and not forced:
+            return None
+        if any(i.level == VALUE for i in ctx.issues(stmt)) and not forced:
+            return None  # a data-dependent construct too: TZ101/TZ103 decide
+        nodes = [issues[0].node] if issues else list(stmt.body)
+        return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{describe(*nodes)}", span=stmt,
+                         reason=issues[0].detail if issues else "shape-dependent statement (targeted)")
+    return None

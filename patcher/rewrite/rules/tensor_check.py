@@ -1,0 +1,58 @@
+"""TZ102: checks on traced values (asserts, `if ...: raise`, `torch_compilable_check`) move into
+wrapped `_check_*` functions, so they validate every run of the graph instead of failing (or
+freezing their f-string message) while tracing. Checks are never deleted."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..naming import describe
+from ..taint import CLEAN
+from ._chain import branches, first_branch, hoist_from
+
+CODE = "TZ102"
+DESCRIPTION = "checks on traced values (assert, if-raise, torch_compilable_check) move into wrapped _check_* functions"
+
+
+def _raises_only(block: cst.BaseSuite) -> bool:
+    body = getattr(block, "body", [])
+    return bool(body) and all(
+        isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Raise, cst.Expr)) for x in s.body)
+        and any(isinstance(x, cst.Raise) for x in s.body)
+        for s in body
+    )
+
+
+def _check_args(stmt: cst.SimpleStatementLine) -> list[cst.CSTNode]:
+    for small in stmt.body:
+        if isinstance(small, cst.Assert):
+            return [small.test]
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and small.value.args:
+            return [small.value.args[0].value]
+    return list(stmt.body)
+
+
+def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        kinds = {i.kind for i in ctx.issues(stmt)}
+        if not ({"assert", "check"} & kinds or (ctx.forced == CODE)):
+            return None
+        desc = describe(*_check_args(stmt), limit=2)
+        what = "assert" if "assert" in kinds else "check"
+        return ctx.hoist([stmt], code=CODE, desc=desc, span=stmt, prefix="_check",
+                         reason=f"{what} on a traced value runs when the graph runs; message formatted then")
+    if isinstance(stmt, cst.If):
+        # The first traced test decides; if it is not a raise-only last branch, the chain is
+        # TZ101/TZ105's (and the raise moves with it).
+        index = first_branch(stmt, lambda br: ctx.taint.of(br.test) != CLEAN or ctx.forces(CODE, br))
+        if index is None:
+            return None
+        chain = branches(stmt)
+        if not _raises_only(chain[index].body):
+            return None
+        # Only the raising branch moves; a data-dependent sibling branch is TZ101's business.
+        if index < len(chain) - 1 or chain[index].orelse is not None:
+            return None
+        return hoist_from(stmt, index, ctx, code=CODE, prefix="_check", desc=describe(chain[index].test, limit=2),
+                          reason="`if ...: raise` on a traced value runs when the graph runs")
+    return None

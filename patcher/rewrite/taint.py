@@ -1,0 +1,290 @@
+"""Which expressions become fx proxies while tracing ("tainted"), and of which kind.
+
+`VALUE`: depends on tensor data (a tensor, `.sum()`, `.item()`): Python control flow on it is
+data-dependent (TZ101/TZ103). `META`: depends only on shapes/dtypes/devices (`x.shape[1]`, `x.ndim`,
+`x.dtype`): still a proxy under symbolic tracing, but the rewrite can often stay generic (TZ105).
+`None`: a plain Python value while tracing (configs, `self.` attributes, constants, `is None`).
+
+Flow-insensitive on purpose: a name is tainted if any assignment in the function taints it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from .walk import children, descendants
+
+from .names import param_list
+
+VALUE = 2
+META = 1
+CLEAN = 0
+
+META_ATTRS = frozenset(
+    {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "layout", "is_sparse", "is_meta", "is_quantized"}
+)
+META_METHODS = frozenset(
+    {"size", "dim", "numel", "ndimension", "nelement", "get_device", "is_floating_point", "is_complex",
+     "element_size", "stride", "is_contiguous"}
+)
+# Calls whose result is a plain Python value even when given a proxy.
+CLEAN_CALLS = frozenset({"isinstance", "hasattr", "callable", "type", "id", "issubclass", "repr", "str"})
+# `torch.` namespaces that never return tensors (the flags fx itself consults while tracing).
+_CLEAN_TORCH = re.compile(
+    r"^torch\.(jit|compiler|_dynamo|fx|cuda|backends|distributed|overrides|_C|_utils|testing|"
+    r"is_grad_enabled|is_autocast_enabled|get_default_dtype|is_tensor|device|get_autocast)"
+)
+_TENSOR_PARAM_NAMES = frozenset({"x", "query", "key", "value", "labels", "freq", "freqs", "cos", "sin"})
+_FLAG_PREFIXES = ("with_", "use_", "return_", "output_", "is_", "has_", "num_", "n_", "do_", "skip_")
+# Unannotated parameters whose names say "tensor" in transformers' vocabulary.
+_TENSOR_PARAM_PARTS = ("states", "mask", "_ids", "embed", "tensor", "logits", "pixel", "feature", "hidden",
+                       "_thw", "freqs", "positions")
+
+
+_TENSOR_METHODS: set[str] = set()
+
+
+def is_tensor_method(name: str) -> bool:
+    """Is `name` an attribute of torch.Tensor? (True for everything if torch is unavailable.)"""
+    if not _TENSOR_METHODS:
+        try:
+            import torch
+
+            _TENSOR_METHODS.update(dir(torch.Tensor))
+        except Exception:  # pragma: no cover - the patcher itself does not need torch
+            return True
+    return name in _TENSOR_METHODS
+
+
+def dotted(node: cst.CSTNode) -> str | None:
+    """`torch.nn.functional.pad` -> "torch.nn.functional.pad"; None for anything not a dotted name."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _annotation_text(param: cst.Param) -> str | None:
+    if param.annotation is None:
+        return None
+    return cst.Module([]).code_for_node(param.annotation.annotation)
+
+
+def param_taint(param: cst.Param) -> int:
+    name = param.name.value
+    ann = _annotation_text(param)
+    if ann is not None:
+        return VALUE if "Tensor" in ann else CLEAN
+    if name.startswith(_FLAG_PREFIXES):
+        return CLEAN  # `with_mask`, `use_cache`, `num_hidden_states`: flags and counts
+    if name in _TENSOR_PARAM_NAMES or any(part in name for part in _TENSOR_PARAM_PARTS):
+        return VALUE
+    return CLEAN
+
+
+_CONTAINER_CALLS = frozenset({"dict", "list", "tuple", "set", "defaultdict", "OrderedDict", "collections.defaultdict"})
+
+
+class Taint:
+    """Taint of the local names of one function (and of enclosing functions).
+
+    `containers`: locals bound to Python containers (dict/list literals): item assignment into
+    them is plain Python even when the items are proxies.
+    """
+
+    def __init__(self, names: dict[str, int] | None = None, containers: set[str] | None = None,
+                 wrapped: dict | None = None):
+        self.names: dict[str, int] = dict(names or {})
+        self.containers: set[str] = set(containers or ())
+        # Module-level functions made by an earlier patch: a call to one is as tainted as the code
+        # it holds, so that re-patching sees what the first patch saw (idempotence).
+        self.wrapped: dict[str, cst.FunctionDef] = wrapped if wrapped is not None else {}
+        self._memo: dict[int, tuple[cst.CSTNode, int]] = {}
+
+    def call_results(self, node: cst.Call) -> list[int] | None:
+        """Per-returned-name taint of a call to a hoisted function, or None for other calls."""
+        if not isinstance(node.func, cst.Name) or node.func.value not in self.wrapped:
+            return None
+        fn = self.wrapped[node.func.value]
+        ret = _hoisted_return(fn)
+        if ret is None:
+            return None
+        params = [p.name.value for p in param_list(fn)]
+        seed = {p: self.of(a.value) for p, a in zip(params, node.args) if a.keyword is None and not a.star}
+        inner = function_taint(fn, Taint(seed, self.containers, {}), seed_params=False)
+        return [inner.names.get(n, CLEAN) for n in ret]
+
+    def of_iterable(self, node: cst.CSTNode) -> int:
+        """Taint of iterating `node`: a literal tuple/list of proxies iterates fine."""
+        if isinstance(node, (cst.Tuple, cst.List)):
+            return CLEAN
+        if isinstance(node, cst.Name) and node.value in self.containers:
+            return CLEAN
+        if isinstance(node, cst.Call) and dotted(node.func) in ("enumerate", "zip", "reversed", "list", "tuple"):
+            return max((self.of_iterable(a.value) if not a.star else self.of(a.value) for a in node.args),
+                       default=CLEAN)
+        if isinstance(node, cst.GeneratorExp):
+            return self.of_iterable(node.for_in.iter)
+        if isinstance(node, cst.Call) and dotted(node.func) == "range":
+            return max((self.of(a.value) for a in node.args), default=CLEAN)
+        return self.of(node)
+
+    def of(self, node: cst.CSTNode) -> int:
+        # Memoised per node (nodes are immutable); cleared whenever a name's taint changes.
+        key = id(node)
+        cached = self._memo.get(key)
+        if cached is None or cached[0] is not node:
+            cached = self._memo[key] = (node, self._of(node))
+        return cached[1]
+
+    def set(self, name: str, level: int) -> None:
+        self.names[name] = level
+        self._memo.clear()
+
+    def _of(self, node: cst.CSTNode) -> int:  # noqa: C901 - one dispatch table
+        t = type(node)
+        if t is cst.Name:
+            return self.names.get(node.value, CLEAN)
+        if t is cst.Attribute:
+            base = self.of(node.value)
+            if base == VALUE and node.attr.value in META_ATTRS:
+                return META
+            return base
+        if t is cst.Comparison:
+            if all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons):
+                return CLEAN
+            return max([self.of(node.left)] + [self.of(c.comparator) for c in node.comparisons])
+        if t is cst.Call:
+            results = self.call_results(node)
+            if results is not None:
+                return max(results, default=CLEAN)
+            name = dotted(node.func)
+            args = max((self.of(a.value) for a in node.args), default=CLEAN)
+            if name in CLEAN_CALLS:
+                return CLEAN
+            if name == "len":
+                return META if args else CLEAN
+            if name is not None and name.startswith("torch."):
+                if _CLEAN_TORCH.match(name):
+                    return CLEAN
+                if name in ("torch.finfo", "torch.iinfo"):
+                    return META if args else CLEAN
+                return VALUE if args else CLEAN
+            if isinstance(node.func, cst.Attribute):
+                base = self.of(node.func.value)
+                method = node.func.attr.value
+                if base == VALUE and not is_tensor_method(method):
+                    # `past_key_values.get_seq_length()`: not a tensor after all (annotations lie);
+                    # the result is as traced as what goes in.
+                    return VALUE if args else CLEAN
+                if base == VALUE:
+                    return META if method in META_METHODS else VALUE
+                if base == META:
+                    return META
+                # `self.proj(x)`: a module (or helper) applied to a proxy returns a proxy.
+                return VALUE if args else CLEAN
+            return VALUE if args else CLEAN
+        if t in (cst.Lambda, cst.SimpleString, cst.Integer, cst.Float, cst.Imaginary):
+            return CLEAN
+        if t is cst.FormattedString:
+            return CLEAN  # formatting a proxy works; freezing it is TZ102's business
+        return max((self.of(c) for c in children(node)), default=CLEAN)
+
+
+def _assignments(fn: cst.FunctionDef):
+    """(target node, value node) pairs for every binding in fn's own scope."""
+    pairs: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+
+    for node in descendants(fn.body, stop=(cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        t = type(node)
+        if t is cst.Assign:
+            for tgt in node.targets:
+                pairs.append((tgt.target, node.value))
+        elif t is cst.AnnAssign:
+            if node.value is not None:
+                pairs.append((node.target, node.value))
+        elif t in (cst.AugAssign, cst.NamedExpr):
+            pairs.append((node.target, node.value))
+        elif t in (cst.For, cst.CompFor):
+            pairs.append((node.target, node.iter))
+        elif t is cst.WithItem:
+            if node.asname is not None:
+                pairs.append((node.asname.name, node.item))
+    return pairs
+
+
+def _target_names(node: cst.CSTNode) -> list[str]:
+    if isinstance(node, cst.Name):
+        return [node.value]
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return [n for el in node.elements for n in _target_names(el.value)]
+    if isinstance(node, cst.StarredElement):
+        return _target_names(node.value)
+    return []
+
+
+def param_like_tensor(node: cst.CSTNode, taint: Taint) -> bool:
+    return taint.of(node) != CLEAN
+
+
+def _hoisted_return(fn: cst.FunctionDef) -> list[str] | None:
+    """Names returned by a function the hoister made (`try: ...; return a, b`), else None."""
+    body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else []
+    tries = [s for s in body if isinstance(s, cst.Try)]
+    if len(tries) != 1:
+        return None
+    last = tries[0].body.body[-1] if tries[0].body.body else None
+    if not isinstance(last, cst.SimpleStatementLine) or not isinstance(last.body[0], cst.Return):
+        return [] if last is not None else None
+    value = last.body[0].value
+    if isinstance(value, cst.Name):
+        return [value.value]
+    if isinstance(value, cst.Tuple) and all(isinstance(e.value, cst.Name) for e in value.elements):
+        return [e.value.value for e in value.elements]
+    return None
+
+
+def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_params: bool = True) -> Taint:
+    """Fixpoint of taint over fn's assignments, seeded from its parameters."""
+    taint = Taint(outer.names if outer else None, outer.containers if outer else None,
+                  outer.wrapped if outer else None)
+    for p in param_list(fn) if seed_params else ():
+        taint.set(p.name.value, param_taint(p))
+    pairs = _assignments(fn)
+    # A container only if every binding of the name is a literal or constructor call:
+    # `x = list(x)` on a tensor `x` must not hide the tensor.
+    kinds: dict[str, bool] = {}
+    for target, value in pairs:
+        is_container = isinstance(value, (cst.Dict, cst.List, cst.DictComp, cst.ListComp)) or (
+            isinstance(value, cst.Call) and dotted(value.func) in _CONTAINER_CALLS
+            and not any(a.value and param_like_tensor(a.value, taint) for a in value.args))
+        for name in _target_names(target):
+            kinds[name] = kinds.get(name, True) and is_container and isinstance(target, cst.Name)
+    taint.containers |= {n for n, c in kinds.items() if c}
+    for _ in range(8):
+        changed = False
+        for target, value in pairs:
+            if isinstance(target, (cst.Subscript, cst.Attribute)):
+                continue
+            per = taint.call_results(value) if isinstance(value, cst.Call) and isinstance(target, cst.Tuple) else None
+            if per is not None and len(per) == len(target.elements):
+                for el, level in zip(target.elements, per):
+                    for name in _target_names(el.value):
+                        if level > taint.names.get(name, CLEAN):
+                            taint.set(name, level)
+                            changed = True
+                continue
+            level = taint.of(value)
+            for name in _target_names(target):
+                if level > taint.names.get(name, CLEAN):
+                    taint.set(name, level)
+                    changed = True
+        if not changed:
+            break
+    return taint

@@ -1,0 +1,149 @@
+"""Which `self.` attributes hold (or contain) sequential target modules.
+
+A wrapped function is opaque to the tracer: if it called a target layer, that layer would vanish
+from the graph and could not be compressed on its own. So hoisting refuses statements that use
+such attributes. An attribute counts when the expression assigned to it in the class mentions a
+target class, a module class of this file that (transitively) contains one, or a model built at
+run time (`AutoModel.from_config`), which may contain anything.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import libcst as cst
+
+from .walk import children, descendants
+
+_CONTAINERS = frozenset({"layers", "layer", "h", "blocks", "block", "decoder_layers", "encoder_layers"})
+_DYNAMIC = ("AutoModel", "from_config", "from_pretrained")
+
+
+def _identifiers(node: cst.CSTNode) -> set[str]:
+    out: set[str] = set()
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Name):
+            out.add(n.value)
+        for c in children(n):
+            walk(c)
+
+    walk(node)
+    return out
+
+
+class TargetIndex:
+    def __init__(self, module: cst.Module, targets: Sequence[str]):
+        self.targets = {t.rsplit(".", 1)[-1] for t in targets}
+        self.attrs: dict[str, dict[str, set[str]]] = {}  # class -> attr -> identifiers assigned
+        self.bases: dict[str, list[str]] = {}
+        if not self.targets:
+            return
+        for cls in module.body:
+            if isinstance(cls, cst.ClassDef):
+                self._index_class(cls)
+        containing = set(self.targets)
+        for _ in range(len(self.attrs) + 1):
+            grown = {c for c in self.attrs if c not in containing and self._uses(c, containing)}
+            if not grown:
+                break
+            containing |= grown
+        self.containing = containing
+
+    def _index_class(self, cls: cst.ClassDef) -> None:
+        attrs: dict[str, set[str]] = {}
+
+        for node in descendants(cls):
+            if isinstance(node, cst.Assign):
+                for t in node.targets:
+                    tg = t.target
+                    if isinstance(tg, cst.Attribute) and isinstance(tg.value, cst.Name) and tg.value.value == "self":
+                        attrs.setdefault(tg.attr.value, set()).update(_identifiers(node.value))
+        self.attrs[cls.name.value] = attrs
+        self.bases[cls.name.value] = [a.value.value for a in cls.bases if isinstance(a.value, cst.Name)]
+
+    def _class_attrs(self, cls: str, seen: set[str] | None = None) -> dict[str, set[str]]:
+        seen = seen or set()
+        if cls in seen:
+            return {}
+        seen.add(cls)
+        merged: dict[str, set[str]] = {}
+        for base in self.bases.get(cls, []):
+            merged.update(self._class_attrs(base, seen))
+        merged.update(self.attrs.get(cls, {}))
+        return merged
+
+    def _uses(self, cls: str, containing: set[str]) -> bool:
+        return any(self._blocked(ids, containing) for ids in self._class_attrs(cls).values())
+
+    @staticmethod
+    def _blocked(ids: set[str], containing: set[str]) -> bool:
+        return bool(ids & containing) or any(d in i for i in ids for d in _DYNAMIC)
+
+    def blocked_attrs(self, cls: str | None) -> set[str]:
+        if not self.targets:
+            return set()
+        attrs = self._class_attrs(cls) if cls else {}
+        return {a for a, ids in attrs.items() if self._blocked(ids, self.containing)} | _CONTAINERS
+
+    def module_locals(self, fn: cst.FunctionDef, cls: str | None) -> set[str]:
+        """Locals bound from blocked attributes (`for layer in self.layers`, `m = self.layers[0]`)."""
+        if not self.targets:
+            return set()
+        blocked = self.blocked_attrs(cls)
+        found: set[str] = set()
+
+        def mentions(node: cst.CSTNode) -> bool:
+            """Is `node` a module (container) itself? Calls return tensors, not modules."""
+            if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+                return node.attr.value in blocked
+            if isinstance(node, cst.Name):
+                return node.value in found
+            if isinstance(node, (cst.Attribute, cst.Subscript)):
+                return mentions(node.value)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in (
+                    "enumerate", "zip", "reversed", "iter", "list", "tuple"):
+                return any(mentions(a.value) for a in node.args)
+            return False
+
+        def names(node: cst.CSTNode) -> list[str]:
+            if isinstance(node, cst.Name):
+                return [node.value]
+            if isinstance(node, (cst.Tuple, cst.List)):
+                return [n for el in node.elements for n in names(el.value)]
+            return []
+
+        for _ in range(2):
+            for node in descendants(fn):
+                if isinstance(node, cst.For) and mentions(node.iter):
+                    found.update(names(node.target))
+                elif isinstance(node, cst.Assign) and mentions(node.value):
+                    for t in node.targets:
+                        found.update(names(t.target))
+        return found
+
+    def hidden_targets(self, stmts: list[cst.CSTNode], cls: str | None, local_modules: set[str] = frozenset()) -> str | None:
+        """Why `stmts` may not be wrapped (they reach a target module), or None."""
+        if not self.targets:
+            return None
+        blocked = self.blocked_attrs(cls)
+        hits: list[str] = []
+
+        def walk(n: cst.CSTNode, parent: cst.CSTNode | None, grand: cst.CSTNode | None) -> None:
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self" \
+                    and n.attr.value in blocked:
+                # Reading a plain attribute (`self.visual.spatial_merge_size`) runs no module.
+                reads_attr = isinstance(parent, cst.Attribute) and parent.value is n and not (
+                    isinstance(grand, cst.Call) and grand.func is parent)
+                if not reads_attr:
+                    hits.append(f"self.{n.attr.value}")
+            elif isinstance(n, cst.Name) and (n.value in self.containing or n.value in local_modules):
+                hits.append(n.value)
+            for c in children(n):
+                walk(c, n, parent)
+
+        for s in stmts:
+            walk(s, None, None)
+        if hits:
+            return f"would hide target module(s) {', '.join(sorted(set(hits)))} inside an opaque call"
+        return None
