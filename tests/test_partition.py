@@ -96,3 +96,26 @@ def test_long_synthetic_chain():
     x = torch.randn(3, 2)
     with torch.no_grad():
         torch.testing.assert_close(run_subgraphs(model, subgraphs, {"x": x})["output"], model(x), rtol=0, atol=0)
+
+
+class InPlaceAssignment(nn.Module):
+    """Writes into a traced tensor by index, as mask and position code often does."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+
+    def forward(self, x):
+        x = self.layers[0](x)
+        scaled = x * 2
+        scaled[:, 0] = 0.0
+        return self.layers[1](scaled + x)
+
+
+def test_in_place_indexed_assignment_is_recorded_in_order():
+    model = InPlaceAssignment()
+    subgraphs = trace_subgraphs(model, {"x": torch.randn(2, 3)}, ["Linear"], ignore=[])
+    assert "setitem" in subgraphs[1].code
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(run_subgraphs(model, subgraphs, {"x": x})["output"], model(x), rtol=0, atol=0)

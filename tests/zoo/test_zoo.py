@@ -189,3 +189,33 @@ def test_failed_regeneration_names_the_rewrites_that_no_longer_apply(monkeypatch
     message = str(info.value)
     assert "Rewrites that no longer apply" in message
     assert "_check_n_image_tokens (modeling_llava.py:" in message or "_check_n_image_tokens" in message
+
+
+# -- GPU: the same proofs on CUDA when one is present (skipped otherwise) -----------------------
+# Half precision rounds differently in the traced and eager runs only where kernels differ; the
+# chain calls the same modules, so fp32 stays exact and half precision gets a dtype tolerance.
+GPU_DTYPES = [(torch.float32, 0.0, 0.0), (torch.bfloat16, 1.6e-2, 1e-2), (torch.float16, 1e-3, 1e-3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+@pytest.mark.parametrize("multimodal", [False, True], ids=["text", "multimodal"])
+@pytest.mark.parametrize("dtype, rtol, atol", GPU_DTYPES, ids=["fp32", "bf16", "fp16"])
+def test_equal_on_gpu(entry, multimodal, dtype, rtol, atol):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    spec = recipe(entry)
+    original = spec.tiny_model(dtype=dtype).to("cuda")
+    traceable = spec.tiny_model(dtype=dtype, model_class=getattr(zoo, TRACEABLE[entry])).to("cuda")
+    traceable.load_state_dict(original.state_dict())
+    targets = targets_for(entry, multimodal)
+    # Traced on the meta device, run on the GPU: nothing device-specific may be baked in. The dtype
+    # must match: model code reading `self.dtype` (a Python value) bakes it into the graph.
+    meta_model = build_model(type(traceable), traceable.config, device="meta").to(dtype)
+    meta_sample = spec.build_sample(traceable.config, batch_size=2, seq_len=5, multimodal=multimodal, device="meta")
+    subgraphs = trace_subgraphs(meta_model, meta_sample, targets, ignore=ignore_for(entry))
+    for inputs in (dict(batch_size=2, seq_len=5, left_padding=1), dict(batch_size=1, seq_len=8, num_images=2)):
+        sample = spec.build_sample(original.config, multimodal=multimodal, device="cuda", dtype=dtype, **inputs)
+        with torch.no_grad():
+            torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"],
+                                       original(**sample).logits, rtol=rtol, atol=atol)
