@@ -5,15 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .models import bundled_config_names
+from .models import model_id_help
 
 TRACE_EPILOG = """\
-MODEL_ID is one of:
-  - a bundled real config, built on the meta device (no download): {bundled}
-  - a directory saved with save_pretrained (only its config.json is read)
-  - a config.json file
-  - a hub id, where the network allows
-
+{model_ids}
 examples:
   patcher trace LlamaForCausalLM Meta-Llama-3-8B
   patcher trace LlamaForCausalLM ./my-llama --targets LlamaDecoderLayer --targets-per-subgraph 2
@@ -38,7 +33,7 @@ def _add_trace_parser(subparsers) -> None:
         description="Build MODEL_CLASS from MODEL_ID's config on the meta device, trace it with torch.fx and "
         "split it into one subgraph per sequential target. On failure, show the untraceable construct "
         "(file:line, code, kind) and how to fix it.",
-        epilog=TRACE_EPILOG.format(bundled=", ".join(bundled_config_names())),
+        epilog=TRACE_EPILOG.format(model_ids=model_id_help()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -20,6 +19,17 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 def bundled_config_names() -> list[str]:
     return sorted(path.stem for path in CONFIG_DIR.glob("*.json"))
+
+
+def model_id_help() -> str:
+    """The ``MODEL_ID is one of`` paragraph shared by the CLI commands' help."""
+    return (
+        "MODEL_ID is one of:\n"
+        f"  - a bundled real config, built on the meta device (no download): {', '.join(bundled_config_names())}\n"
+        "  - a directory saved with save_pretrained (only its config.json is read)\n"
+        "  - a config.json file\n"
+        "  - a hub id, where the network allows\n"
+    )
 
 
 def resolve_model_class(model_class: str | type) -> type:
@@ -77,4 +87,4 @@ def build_model(model_class: type, config: PretrainedConfig, device: str | torch
     return model.eval()
 
 
-__all__ = ["build_model", "bundled_config_names", "load_config", "resolve_model_class", "transformers"]
+__all__ = ["build_model", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

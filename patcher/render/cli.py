@@ -5,15 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..models import bundled_config_names
+from ..models import model_id_help
 
 GRAPH_EPILOG = """\
-MODEL_ID is one of:
-  - a bundled real config, built on the meta device (no download): {bundled}
-  - a directory saved with save_pretrained (only its config.json is read)
-  - a config.json file
-  - a hub id, where the network allows
-
+{model_ids}
 examples:
   patcher graph LlamaForCausalLM ./tiny-llama -o llama.svg
   patcher graph LlamaForCausalLM Meta-Llama-3-8B -o llama3.png            # 33 subgraphs: collapsed
@@ -48,7 +43,7 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
         description="Build MODEL_CLASS from MODEL_ID's config on the meta device, trace it with torch.fx, split it "
         "into one subgraph per sequential target and draw the result: targets, opaque modules and functions, "
         "subgraph boundaries and the values passed between subgraphs.",
-        epilog=GRAPH_EPILOG.format(bundled=", ".join(bundled_config_names()), subgraphs=AUTO_COLLAPSE_SUBGRAPHS,
+        epilog=GRAPH_EPILOG.format(model_ids=model_id_help(), subgraphs=AUTO_COLLAPSE_SUBGRAPHS,
                                    nodes=AUTO_COLLAPSE_NODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
