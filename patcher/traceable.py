@@ -191,7 +191,8 @@ class RepairResult:
 
     def report(self) -> str:
         lines = [f"{len(self.steps)} trace-guided rewrite round(s)"]
-        lines += [f"  - {step.construct.location} {step.construct.kind.name}: {step.action}" for step in self.steps]
+        lines += [f"  - line {step.original_line} of the original ({step.construct.kind.name}): {step.action}"
+                  for step in self.steps]
         if self.blockers:
             lines.append(f"{len(self.blockers)} blocker(s) remain:")
             lines += [f"  {blocker}" for blocker in self.blockers]
@@ -231,7 +232,7 @@ def repair(
     file leads to it.
     """
     cls = resolve_model_class(model_class)
-    source, _, _ = _source_of(cls)
+    source, _, source_path = _source_of(cls)
     targets = [sequential_targets] if isinstance(sequential_targets, str) else list(sequential_targets)
     target_classes = [target for target in targets if not target.startswith("re:")]
     result = RepairResult(model_class=None)
@@ -258,7 +259,11 @@ def repair(
                 reason = ("already rewritten, still untraceable" if original in tried else
                           "inside code the patcher generated" if line_in_generated and original is None else
                           "no rule applies")
-                result.blockers.append(f"{construct.describe()}\n  repair stopped: {reason}")
+                origin = f"\n  in the original source: {source_path}:{original}" if original else ""
+                result.blockers.append(f"{construct.describe()}{origin}\n  repair stopped: {reason}")
+                # Tracing stops at the first failure; the patcher's own findings cover the rest.
+                result.blockers += [f"{blocker} (found by the patcher; see GUIDE.md#what-the-rules-do-not-handle-yet)"
+                                    for blocker in traceable.__tracezoo_patch__.blockers]
                 result.model_class = traceable
                 return result
             tried.add(original)

@@ -53,3 +53,37 @@ def test_load_traceable_keeps_names_and_loads_the_same_checkpoint(tmp_path):
     loaded = traceable.from_pretrained(tmp_path / "checkpoint")
     for key, value in original.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_repair_reports_what_it_cannot_fix(tmp_path):
+    """A construct no rule fixes: the report names file, line, code, kind and the guide section."""
+    source = (tmp_path / "stubborn_modeling.py")
+    source.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "from tests_fixture_toy import ToyConfig, ToyLayer, ToyModel\n"
+        "\n\n"
+        "class StubbornModel(ToyModel):\n"
+        "    def forward(self, hidden):\n"
+        "        while self.threshold < hidden.sum():\n"
+        "            return {'hidden': hidden}\n"
+        "        for layer in self.layers:\n"
+        "            hidden = layer(hidden)\n"
+        "        return {'hidden': hidden}\n"
+    )
+    sys.modules["tests_fixture_toy"] = toy_modeling
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import stubborn_modeling
+
+        result = repair(stubborn_modeling.StubbornModel, toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)},
+                        ["ToyLayer"], ignore=[], cache_dir=tmp_path / "cache")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert not result.traced
+    report = result.report()
+    assert "blocker(s) remain" in report
+    assert "while self.threshold < hidden.sum():" in report
+    assert "stubborn_modeling.py:8" in report  # the static blocker
+    assert f"in the original source: {tmp_path / 'stubborn_modeling.py'}:8" in report
+    assert "GUIDE.md#" in report
