@@ -9,6 +9,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from . import hoist as hoist_mod
+from .bound import bound_before
 from .detect import find_issues, header_nodes
 from .naming import Namer
 from .positions import positions_of
@@ -107,6 +108,8 @@ class FunctionCtx:
     params: set[str]
     shape_names: set[str]
     module_locals: set[str]
+    body: list | None = None  # the function's statements (original nodes), for bound.bound_before
+    outer_names: set = field(default_factory=set)  # locals of enclosing functions (bound: closures)
     _first_bound: dict | None = None
 
     @property
@@ -184,6 +187,11 @@ class StatementContext:
         base = f"{prefix}_{desc}".replace("__", "_")
         name = self.state.namer.unique(base, method=self.method, line=lines[0])
         defined_before = {n for n, line in self.fctx.first_bound.items() if line < lines[0]} | self.fctx.params
+        maybe_unbound: set[str] = set()
+        if self.fctx.body is not None:
+            sure = bound_before(self.fctx.body, span, set(self.fctx.params) | self.fctx.outer_names)
+            if sure is not None:
+                maybe_unbound = defined_before - sure
         origin = f"{self.state.origin(lines[0])} ({self.fctx.qualname})"
         taint = self.taint
 
@@ -191,7 +199,7 @@ class StatementContext:
             return taint.names.get(n, CLEAN) != CLEAN and n not in taint.containers
 
         h = hoist_mod.hoist(list(stmts), name=name, local_names=self.fctx.local_names, rebind=rebind,
-                            defined_before=defined_before, origin=origin,
+                            defined_before=defined_before, origin=origin, maybe_unbound=maybe_unbound,
                             comment=f"# TRACING({code}): {reason} -> {name}")
         self.state.add_function(h.function)
         if h.maybe_none:

@@ -139,6 +139,8 @@ class Engine:
             first_bound_fn=first_bound, params=params | (outer.params if outer else set()),
             shape_names=shape_names_of(fn) | (outer.shape_names if outer else set()),
             module_locals=self.state.targets.module_locals(fn, cls) | (outer.module_locals if outer else set()),
+            body=list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else None,
+            outer_names=set(outer.local_names) if outer else set(),
         )
 
     # -- statements -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from .bound import writes_first
 from .names import name_use
 from .walk import descendants
 
@@ -61,6 +62,7 @@ def hoist(
     origin: str,
     comment: str,
     rebind=lambda name: True,
+    maybe_unbound: set[str] = frozenset(),
 ) -> Hoisted:
     """Build the wrapped function `name` running `stmts`, and the statement(s) calling it.
 
@@ -68,18 +70,24 @@ def hoist(
     statements read are module globals or builtins and are looked up from the wrapped function.
     `defined_before`: locals that may hold a value when the statements start (their old value is
     passed in so that a branch that does not assign them keeps it).
+    `maybe_unbound`: those of `defined_before` that some path leaves unbound at the call site
+    (bound only on another branch): they are not passed when the statements bind them before
+    any read (they start as None instead, like names first bound here).
     """
     use = name_use(*stmts)
     writes = [w for w in use.ordered_writes() if w in local_names]
     mutated = [m for m in dict.fromkeys(use.mutated) if m in local_names and m != "self" and rebind(m)]
     returns = list(dict.fromkeys(writes + mutated))
     bound_inside = set(writes)
+    # Possibly unbound at the call site and not needed by the statements: reading them there
+    # would raise UnboundLocalError on the path that leaves them unbound.
+    skip = {n for n in maybe_unbound if n in bound_inside and writes_first(n, stmts)}
     params: list[str] = []
     for r in use.ordered_reads():
-        if r in local_names and (r not in bound_inside or r in defined_before):
+        if r in local_names and (r not in bound_inside or (r in defined_before and r not in skip)):
             params.append(r)
     for w in returns:
-        if w not in params and w in defined_before:
+        if w not in params and w in defined_before and w not in skip:
             params.append(w)
     if "self" in params:  # keep `self` first, like a method
         params.remove("self")

@@ -250,17 +250,61 @@ def _hoisted_return(fn: cst.FunctionDef) -> list[str] | None:
     return None
 
 
+_DATA_METHODS = frozenset({"tolist", "item"})
+
+
+def _read_as_tensor(fn: cst.FunctionDef) -> set[str]:
+    """Unannotated parameters the body calls `.tolist()`/`.item()` on: tensors whatever their name
+    says (`lengths.tolist()`); only tensors and arrays have these methods."""
+    unknown = {p.name.value for p in param_list(fn) if p.annotation is None and p.name.value not in ("self", "cls")
+               and param_taint(p) == CLEAN and not p.name.value.startswith(_FLAG_PREFIXES)}
+    found: set[str] = set()
+    if not unknown:
+        return found
+    for node in descendants(fn.body, stop=(cst.FunctionDef, cst.ClassDef)):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in _DATA_METHODS and not node.args \
+                and isinstance(node.func.value, cst.Name) and node.func.value.value in unknown:
+            found.add(node.func.value.value)
+    return found
+
+
+_CONTAINER_TYPES = frozenset({"dict", "list", "tuple", "Mapping", "MutableMapping", "Sequence", "OrderedDict"})
+
+
+def _container_checked(fn: cst.FunctionDef) -> set[int]:
+    """ids of walrus targets tested with `isinstance(name := value, <container type>)`."""
+    found: set[int] = set()
+    for node in descendants(fn.body, stop=(cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if not (isinstance(node, cst.Call) and dotted(node.func) == "isinstance" and len(node.args) == 2):
+            continue
+        first, kind = node.args[0].value, node.args[1].value
+        kinds = [e.value for e in kind.elements] if isinstance(kind, cst.Tuple) else [kind]
+        if isinstance(first, cst.NamedExpr) and any(
+                (dotted(k) or "").rsplit(".", 1)[-1] in _CONTAINER_TYPES for k in kinds):
+            found.add(id(first.target))
+    return found
+
+
 def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_params: bool = True) -> Taint:
     """Fixpoint of taint over fn's assignments, seeded from its parameters."""
     taint = Taint(outer.names if outer else None, outer.containers if outer else None,
                   outer.wrapped if outer else None)
     for p in param_list(fn) if seed_params else ():
         taint.set(p.name.value, param_taint(p))
+    if seed_params:
+        for name in _read_as_tensor(fn):
+            taint.set(name, VALUE)
     pairs = _assignments(fn)
     # A container only if every binding of the name is a literal or constructor call:
     # `x = list(x)` on a tensor `x` must not hide the tensor.
     kinds: dict[str, bool] = {}
+    checked = _container_checked(fn)
     for target, value in pairs:
+        if id(target) in checked:
+            # `if not isinstance(m := mask, dict): m = {...}`: the check itself says what m may be;
+            # the other bindings decide whether m is a container.
+            continue
         is_container = isinstance(value, (cst.Dict, cst.List, cst.DictComp, cst.ListComp)) or (
             isinstance(value, cst.Call) and dotted(value.func) in _CONTAINER_CALLS
             and not any(a.value and param_like_tensor(a.value, taint) for a in value.args))
