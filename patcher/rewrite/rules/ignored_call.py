@@ -9,27 +9,16 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...trace.tracer import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
 from ._header import ScopedTransformer, transform_header
 
 CODE = "TZ106"
 DESCRIPTION = "calls to ignored functions/methods become calls to module-level wrapped forwarders"
 
-# The function/method names of patcher.trace.DEFAULT_IGNORE (kept in step with the tracer):
-# mask builders and helpers whose bodies branch on tensor values. `torch_compilable_check` is
-# TZ102's (a check, moved with its message), not a forwarder's.
-DEFAULT_IGNORE = (
-    "create_causal_mask",
-    "create_sliding_window_causal_mask",
-    "create_chunked_causal_mask",
-    "create_bidirectional_mask",
-    "create_bidirectional_sliding_window_mask",
-    "create_recurrent_attention_mask",
-    "_prepare_4d_causal_attention_mask",
-    "_prepare_4d_causal_attention_mask_with_cache_position",
-    "_prepare_4d_attention_mask",
-    "_update_causal_mask",
-    "get_rope_index",
-)
+# The tracer's list, one source of truth: mask builders and helpers whose bodies branch on
+# tensor values. `torch_compilable_check` is TZ102's (a check, moved with its message), not a
+# forwarder's.
+DEFAULT_IGNORE = tuple(name for name in TRACER_DEFAULT_IGNORE if name != "torch_compilable_check")
 
 
 class _Redirect(ScopedTransformer):
