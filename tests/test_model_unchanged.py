@@ -78,3 +78,31 @@ def test_state_written_during_tracing_is_restored():
 
 def snapshot_plain(model):
     return {key: value for key, value in vars(model).items() if key not in ("_parameters", "_buffers", "_modules")}
+
+
+class SwapsSubmodulesWhileRunning(nn.Module):
+    """Like BigBird's set_attention_type: forward replaces a child of a layer that runs later."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 2))])
+
+    def forward(self, x):
+        self.layers[1][0] = nn.Identity()
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_submodule_swapped_while_tracing_is_an_error_and_undone():
+    from patcher import StateChangeError
+
+    model = SwapsSubmodulesWhileRunning()
+    child = model.layers[1][0]
+    try:
+        trace_subgraphs(model, {"x": torch.ones(1, 2)}, ["Sequential"], ignore=[])
+    except StateChangeError as error:
+        assert "layers.1.0: submodule replaced by Identity" in str(error)
+    else:
+        raise AssertionError("expected StateChangeError")
+    assert model.layers[1][0] is child

@@ -45,6 +45,7 @@ class StateSnapshot:
             for module in self.names
         }
         self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
+        self.children = {module: dict(module._modules) for module in self.names}
         self.configs = _configs_of(self.names)
         self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
 
@@ -58,6 +59,11 @@ class StateSnapshot:
                 if key not in current or key not in old or not _same(old[key], current[key]):
                     path = ".".join(filter(None, [self.names.get(module, "?"), key]))
                     found.append(f"{path}: {_short(old.get(key, '<unset>'))} -> {_short(current.get(key, '<unset>'))}")
+            old_children, children = self.children.get(module, {}), module._modules
+            for key in sorted(old_children.keys() | children.keys()):
+                if old_children.get(key) is not children.get(key):
+                    path = ".".join(filter(None, [self.names.get(module, "?"), key]))
+                    found.append(f"{path}: submodule replaced by {type(children.get(key)).__name__}")
         return found
 
     def restore(self) -> None:
@@ -71,6 +77,9 @@ class StateSnapshot:
             for key in [key for key in current if key not in attrs and key not in _MODULE_SLOTS]:
                 del current[key]
             current.update(attrs)
+        for module, children in self.children.items():
+            module._modules.clear()
+            module._modules.update(children)
         for module, (parameters, buffers) in self.tensors.items():
             module._parameters.clear()
             module._parameters.update(parameters)
