@@ -18,13 +18,13 @@ import importlib.util
 import inspect
 import os
 import sys
-import tempfile
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping, Sequence
 
+from .files import write_atomic
 from .models import build_model, resolve_model_class
 from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
 from .trace.diagnose import UntraceableConstruct
@@ -33,19 +33,6 @@ from .trace.diagnose import UntraceableConstruct
 def cache_root() -> Path:
     """``$TRACEZOO_CACHE``, else ``~/.cache/tracezoo``."""
     return Path(os.environ.get("TRACEZOO_CACHE") or Path.home() / ".cache" / "tracezoo")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
 
 
 def import_generated(code: str, stem: str, directory: Path | None = None) -> ModuleType:
@@ -59,7 +46,7 @@ def import_generated(code: str, stem: str, directory: Path | None = None) -> Mod
         return sys.modules[module_name]
     path = (directory or cache_root() / "generated") / f"{stem}_{digest}.py"
     if not path.is_file() or path.read_text(encoding="utf-8") != code:
-        _write_atomic(path, code)
+        write_atomic(path, code)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module

@@ -39,11 +39,11 @@ def main(argv=None) -> int:
     if not stale:
         print(f"zoo is fresh ({len(args.entries or ENTRIES)} entries)")
         return 0
-    from patcher.traceable import _write_atomic
+    from patcher.files import write_atomic
 
     for path, current, text in stale:
         if args.fix:
-            _write_atomic(path, text)
+            write_atomic(path, text)
             print(f"wrote {path}")
         else:
             old = (current or "").splitlines(keepends=True)
