@@ -89,6 +89,17 @@ def _lower(value: Any, target: int) -> Any:
     return min(value, target)
 
 
+# Field-name groups and the size each is lowered to, checked in this order (vocab in between).
+_SIZE_LIMITS = (
+    (_WIDTH, HIDDEN), (_HEADS, HEADS), (_KV_HEADS, KV_HEADS), (_HEAD_DIM, HEAD_DIM),
+    (_HALF_HEAD_DIM, HEAD_DIM // 2), (_INTERMEDIATE, INTERMEDIATE), (_MOE_INTERMEDIATE, MOE_INTERMEDIATE),
+    (_EXPERTS, EXPERTS), (_TOP_K, TOP_K),
+)
+_MORE_SIZE_LIMITS = (
+    (_POSITIONS, POSITIONS), (_LORA, LORA_RANK), (_STATE, STATE), (_WINDOW, WINDOW), (_PERIOD, 2), (_OFFSET, 1),
+)
+
+
 class _Shrinker:
     def __init__(self, mrope: bool = False) -> None:
         self.mrope = mrope
@@ -184,38 +195,14 @@ class _Shrinker:
     def _scalar(self, key, value: Any) -> Any:
         if not isinstance(key, str):
             return value
-        if key in _WIDTH:
-            return _lower(value, HIDDEN)
-        if key in _HEADS:
-            return _lower(value, HEADS)
-        if key in _KV_HEADS:
-            return _lower(value, KV_HEADS)
-        if key in _HEAD_DIM:
-            return _lower(value, HEAD_DIM)
-        if key in _HALF_HEAD_DIM:
-            return _lower(value, HEAD_DIM // 2)
-        if key in _INTERMEDIATE:
-            return _lower(value, INTERMEDIATE)
-        if key in _MOE_INTERMEDIATE:
-            return _lower(value, MOE_INTERMEDIATE)
-        if key in _EXPERTS:
-            return _lower(value, EXPERTS)
-        if key in _TOP_K:
-            return _lower(value, TOP_K)
+        for names, limit in _SIZE_LIMITS:
+            if key in names:
+                return _lower(value, limit)
         if key == "vocab_size" or key.endswith("_vocab_size"):
             return _lower(value, VOCAB)
-        if key in _POSITIONS:
-            return _lower(value, POSITIONS)
-        if key in _LORA:
-            return _lower(value, LORA_RANK)
-        if key in _STATE:
-            return _lower(value, STATE)
-        if key in _WINDOW:
-            return _lower(value, WINDOW)
-        if key in _PERIOD:
-            return _lower(value, 2)
-        if key in _OFFSET:
-            return _lower(value, 1)
+        for names, limit in _MORE_SIZE_LIMITS:
+            if key in names:
+                return _lower(value, limit)
         if key in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"):
             return _lower(value, 1)
         if key == "n_group":
