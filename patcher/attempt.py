@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Iterable, TextIO
 
 from torch import nn
@@ -78,6 +79,47 @@ def _fix_hint(cls: type) -> str | None:
     return None
 
 
+@dataclass
+class TraceSetup:
+    """Everything a trace needs, resolved the same way for ``patcher trace``, ``graph`` and ``repair``."""
+
+    model_class: type
+    config: object
+    model: nn.Module
+    sample: dict
+    targets: list[str]
+    ignore: list[str]
+
+
+def prepare_trace(
+    model_id: str,
+    model_class: str | type,
+    multimodal_data: bool = False,
+    sequential_targets: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | None = None,
+    extra_ignore: Iterable[str] = (),
+) -> TraceSetup:
+    """Build the model on the meta device, its sample, and the targets and ignore list to use.
+
+    ``ignore=None`` means ``DEFAULT_IGNORE``, plus the zoo recipe's additions when the recipe's
+    default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
+    targets chosen inside a vision tower). ``extra_ignore`` is added either way.
+    """
+    cls = resolve_model_class(model_class)
+    config = load_config(model_id)
+    model = build_model(cls, config, device="meta")
+    if isinstance(sequential_targets, str):
+        sequential_targets = [sequential_targets]
+    targets = list(sequential_targets or default_targets(model))
+    if ignore is None:
+        spec = zoo_recipe(model)
+        with_recipe = spec is not None and not sequential_targets
+        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if with_recipe else [])
+    ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
+    sample = sample_input(config, multimodal=multimodal_data, device="meta")
+    return TraceSetup(cls, config, model, sample, targets, ignore)
+
+
 def attempt_trace(
     model_id: str,
     model_class: str | type,
@@ -91,9 +133,8 @@ def attempt_trace(
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
     ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
-    (``Meta-Llama-3-8B``) or a hub id (where the network allows). ``ignore=None`` means
-    ``DEFAULT_IGNORE`` plus the zoo recipe's additions for this model type; ``extra_ignore`` is
-    added either way. Prints
+    (``Meta-Llama-3-8B``) or a hub id (where the network allows). Targets and ignores are
+    resolved by :func:`prepare_trace`. Prints
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
@@ -103,16 +144,8 @@ def attempt_trace(
     Successfully traced model into 33 subgraphs!
     """
     out = out or sys.stdout
-    cls = resolve_model_class(model_class)
-    config = load_config(model_id)
-    model = build_model(cls, config, device="meta")
-    targets = list([sequential_targets] if isinstance(sequential_targets, str) else sequential_targets or
-                   default_targets(model))
-    if ignore is None:
-        spec = zoo_recipe(model)
-        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if spec is not None else [])
-    ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
-    sample = sample_input(config, multimodal=multimodal_data, device="meta")
+    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
+    cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     start = time.perf_counter()
     try:

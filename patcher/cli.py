@@ -20,10 +20,32 @@ qualified module names. Ignore entries may also name functions or methods to kee
 opaque calls. Default targets: the zoo recipe's for this model type, else the model's
 decoder-layer classes (from _no_split_modules).
 --ignore adds to the default list (transformers' mask builders, get_rope_index; see
-patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type);
---no-default-ignore drops it.
+patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type when its default
+targets are used: with --targets inside e.g. a vision tower, the recipe's ignore of that tower
+would swallow them); --no-default-ignore drops it.
 Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
 """
+
+
+def add_model_arguments(parser) -> None:
+    """MODEL_CLASS MODEL_ID [--multimodal] [--targets] [--ignore] [--no-default-ignore]: shared by commands."""
+    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
+    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
+    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
+    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
+    parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
+                        help="modules/functions to keep opaque, added to the default list")
+    parser.add_argument("--no-default-ignore", action="store_true",
+                        help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
+
+
+def prepare_from_arguments(args):
+    """The :class:`patcher.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
+    from .attempt import prepare_trace
+
+    return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
+                         sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
+                         extra_ignore=args.ignore)
 
 
 def _add_trace_parser(subparsers) -> None:
@@ -36,14 +58,7 @@ def _add_trace_parser(subparsers) -> None:
         epilog=TRACE_EPILOG.format(model_ids=model_id_help()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
-    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
-    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
-    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
-    parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
-                        help="modules/functions to keep opaque, added to the default list")
-    parser.add_argument("--no-default-ignore", action="store_true",
-                        help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
+    add_model_arguments(parser)
     parser.add_argument("--targets-per-subgraph", type=int, default=1, metavar="N",
                         help="put N consecutive targets in each subgraph (default 1)")
     parser.set_defaults(handler=_run_trace)
@@ -91,34 +106,21 @@ def _add_repair_parser(subparsers) -> None:
         epilog=REPAIR_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model_class", metavar="MODEL_CLASS", help="a transformers (or dotted-path) model class")
-    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
-    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
-    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
-    parser.add_argument("--ignore", nargs="+", metavar="I", default=[], help="extra modules/functions to keep opaque")
+    add_model_arguments(parser)
     parser.add_argument("-o", "--output", metavar="DIR", help="write the repaired module and manifest here")
     parser.set_defaults(handler=_run_repair)
 
 
 def _run_repair(args) -> int:
-    from .attempt import default_targets, zoo_recipe
-    from .models import build_model, load_config, resolve_model_class
-    from .samples import sample_input
-    from .trace import DEFAULT_IGNORE
     from .traceable import repair
 
     try:
-        cls = resolve_model_class(args.model_class)
-        config = load_config(args.model_id)
-        probe = build_model(cls, config, device="meta")
-        targets = args.targets or default_targets(probe)
-        spec = zoo_recipe(probe)
-        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if spec else []) + list(args.ignore)
-        sample = sample_input(config, multimodal=args.multimodal, device="meta")
+        setup = prepare_from_arguments(args)
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher repair: error: {exc}", file=sys.stderr)
         return 2
-    result = repair(cls, config, sample, targets, ignore)
+    cls, targets = setup.model_class, setup.targets
+    result = repair(cls, setup.config, setup.sample, targets, setup.ignore)
     print(result.report())
     if args.output and result.model_class is not None:
         from .rewrite import patch_file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..cli import add_model_arguments
 from ..models import model_id_help
 
 GRAPH_EPILOG = """\
@@ -13,8 +14,7 @@ examples:
   patcher graph LlamaForCausalLM ./tiny-llama -o llama.svg
   patcher graph LlamaForCausalLM Meta-Llama-3-8B -o llama3.png            # 33 subgraphs: collapsed
   patcher graph LlamaForCausalLM Meta-Llama-3-8B --collapse no -o llama3-full.svg
-  patcher graph TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal \\
-      --ignore 're:model\\.visual' get_image_features get_video_features -o qwen2-vl.png
+  patcher graph TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o qwen2-vl.png
   patcher graph TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal \\
       --targets Qwen2VLDecoderLayer Qwen2VLVisionBlock \\
       --ignore get_video_features get_vision_position_ids -o qwen2-vl-vision.png   # trace the vision tower
@@ -47,16 +47,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
                                    nodes=AUTO_COLLAPSE_NODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
-    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
+    add_model_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="picture to write: FILE.svg, FILE.png, FILE.pdf or FILE.dot")
-    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
-    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
-    parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
-                        help="modules/functions to keep opaque, added to the default list")
-    parser.add_argument("--no-default-ignore", action="store_true",
-                        help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
     parser.add_argument("--targets-per-subgraph", type=int, default=1, metavar="N",
                         help="put N consecutive targets in each subgraph (default 1)")
     parser.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
@@ -68,11 +61,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_graph(args) -> int:
-    from ..attempt import default_targets
-    from ..models import build_model, load_config, resolve_model_class
+    from ..cli import prepare_from_arguments
     from ..partition import partition_graph
-    from ..samples import sample_input
-    from ..trace import DEFAULT_IGNORE, TracingError, trace_graph
+    from ..trace import TracingError, trace_graph
     from . import GRAPHVIZ_FORMATS, TEXT_FORMATS, GraphvizNotFoundError, find_dot, render_partition, should_collapse
 
     fmt = args.output.rsplit(".", 1)[-1].lower() if "." in args.output else ""
@@ -88,19 +79,15 @@ def run_graph(args) -> int:
     if args.targets_per_subgraph < 1:
         print("patcher graph: error: --targets-per-subgraph must be >= 1", file=sys.stderr)
         return 2
-    ignore = ([] if args.no_default_ignore else list(DEFAULT_IGNORE)) + list(args.ignore)
     try:
-        cls = resolve_model_class(args.model_class)
-        config = load_config(args.model_id)
-        model = build_model(cls, config, device="meta")
-        targets = list(args.targets or default_targets(model))
-        sample = sample_input(config, multimodal=args.multimodal, device="meta")
+        setup = prepare_from_arguments(args)
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher graph: error: {exc}", file=sys.stderr)
         return 2
+    cls, model, targets = setup.model_class, setup.model, setup.targets
     print(f"Tracing {cls.__name__} ({args.model_id}) on the meta device, targets: {', '.join(targets)}")
     try:
-        traced = trace_graph(model, sample, targets, ignore)
+        traced = trace_graph(model, setup.sample, targets, setup.ignore)
         subgraphs = partition_graph(traced, model, args.targets_per_subgraph)
     except TracingError as exc:
         print(f"Failed to trace {cls.__name__}:\n{exc}")
