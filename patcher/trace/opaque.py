@@ -9,6 +9,13 @@ with concrete values it just runs the original.
 Configs and modules reaching these calls are passed by reference (see ``SequentialTracer``):
 rebuilding a config from its fields drops ``_attn_implementation`` and silently removes the
 causal mask.
+
+Some opaque calls return one mask *per attention type*, and model code then tests
+``isinstance(mask, dict)`` to skip building masks again. A single node would fail that test
+while tracing (a proxy is no dict) although the value is a dict when the graph runs, so the
+traced graph would build masks from a dict. For those calls (:data:`MAPPING_OUTPUTS`) the tracer
+returns a real dict of one graph value per key; a key missing at run time raises ``KeyError``
+instead of computing something else.
 """
 
 from __future__ import annotations
@@ -21,6 +28,59 @@ from typing import Any, Iterable, Iterator
 
 from torch import fx, nn
 from torch.utils import _pytree as pytree
+
+
+def _vision_mask_keys(args: tuple, kwargs: dict) -> tuple[str, ...]:
+    return ("full_attention", "sliding_attention")  # the two masks Gemma3's builder always returns
+
+
+def _generate_mask_keys(args: tuple, kwargs: dict) -> tuple[str, ...] | None:
+    """Keys of ``create_masks_for_generate``: one per layer type, when every type has a builder;
+    otherwise it returns a single mask (or the raw attention mask)."""
+    from transformers import masking_utils
+
+    config = kwargs.get("config", args[0] if args else None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layer_types = getattr(text_config, "layer_types", None)
+    builders = getattr(masking_utils, "LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING", {})
+    if not layer_types or any(layer_type not in builders for layer_type in layer_types):
+        return None
+    return tuple(dict.fromkeys(layer_types))
+
+
+#: Opaque callee name -> the keys of the dict it returns, from the call's arguments (None: not a dict).
+MAPPING_OUTPUTS: dict[str, Any] = {
+    "create_masks_for_vision_model": _vision_mask_keys,
+    "create_masks_for_generate": _generate_mask_keys,
+}
+
+
+def _callee_names(target: Any) -> set[str]:
+    name = getattr(target, "__name__", None)
+    if name is None:
+        return set()
+    if name.startswith("_wrapped_"):
+        # a patcher forwarder (`_wrapped_f(*args, **kwargs)` calling `f`): the callee is in its code
+        return {name, *getattr(getattr(target, "__code__", None), "co_names", ())}
+    return {name}
+
+
+class TracedMapping(dict):
+    """The traced result of a call returning a dict: one graph value per key. ``node`` is the
+    call's node, as on a proxy (``torch.fx.wrap`` marks the node of every wrapped call)."""
+
+    def __init__(self, proxy: fx.Proxy, keys: Iterable[str]):
+        super().__init__((key, proxy[key]) for key in keys)
+        self.node = proxy.node
+
+
+def mapping_result(target: Any, args: tuple, kwargs: dict, proxy: fx.Proxy) -> Any:
+    """``proxy``, or a :class:`TracedMapping` when ``target`` is known to return a dict."""
+    for name in _callee_names(target) & MAPPING_OUTPUTS.keys():
+        keys = MAPPING_OUTPUTS[name](args, kwargs)
+        if keys is not None:
+            return TracedMapping(proxy, keys)
+    return proxy
 
 
 def _find_proxy(args: tuple, kwargs: dict) -> fx.Proxy | None:

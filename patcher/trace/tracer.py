@@ -24,7 +24,7 @@ from transformers.utils import ModelOutput
 from .diagnose import diagnose
 from .errors import MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, UntraceableCodeError
 from .matching import match_modules, parse_patterns, resolve_targets
-from .opaque import opaque_calls, traced_dtype_queries
+from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .state import preserved_model_state
 
 ROOT_ATTRIBUTE = "_tracezoo_root"
@@ -40,6 +40,8 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "create_bidirectional_mask",
     "create_bidirectional_sliding_window_mask",
     "create_recurrent_attention_mask",
+    "create_masks_for_generate",
+    "create_masks_for_vision_model",
     "_prepare_4d_causal_attention_mask",
     "_prepare_4d_causal_attention_mask_with_cache_position",
     "_prepare_4d_attention_mask",
@@ -113,6 +115,12 @@ class SequentialTracer(fx.Tracer):
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return TracingProxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        if kind == "call_function":
+            return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
+        return proxy
 
     def _reference(self, value: Any) -> fx.Node:
         """A get_attr node that returns ``value`` itself when the graph runs."""
