@@ -145,3 +145,21 @@ def test_untraceable_construct_names_file_line_kind_and_fix(module, kind, rule, 
     message = str(info.value)
     assert f"test_errors.py:{construct.lineno}" in message
     assert code in message and f"patcher rule {rule}" in message and "GUIDE.md#" in message
+
+
+def test_construct_in_shared_transformers_code_names_the_modeling_call_to_keep_opaque():
+    # Gemma3's vision mask builder lives in modeling_gemma3.py but branches in masking_utils.py:
+    # the error must point at the modeling-file call, since patching masking_utils is no fix.
+    from patcher import DEFAULT_IGNORE
+    from zoo.gemma3 import recipe as gemma3
+
+    model = gemma3.tiny_model()
+    sample = gemma3.build_sample(model.config, batch_size=1, seq_len=4)
+    without = [name for name in DEFAULT_IGNORE if name != "create_masks_for_vision_model"]
+    with pytest.raises(UntraceableCodeError) as info:
+        trace_subgraphs(model, sample, ["Gemma3DecoderLayer"], ignore=without)
+    message = str(info.value)
+    assert "at transformers/masking_utils.py:" in message
+    assert re.search(r"reached from: transformers/models/gemma3/modeling_gemma3\.py:\d+ in "
+                     r"create_masks_for_vision_model\(\)", message)
+    assert "--ignore create_masks_for_vision_model" in message

@@ -105,6 +105,10 @@ class UntraceableConstruct:
     kind: ConstructKind
     module_path: str | None
     fx_message: str
+    #: When the construct is in transformers' shared code (``masking_utils.py``, ...), which no
+    #: patch of the modeling file changes: the modeling-file call that leads there, as
+    #: ``(location, function name to keep opaque)``.
+    reached_from: tuple[str, str] | None = None
 
     @property
     def location(self) -> str:
@@ -121,10 +125,21 @@ class UntraceableConstruct:
                 where,
                 f"      {self.code}",
                 f"  why: {self.kind.why}",
-                f"  fix: {self.kind.fix}{rule}; see GUIDE.md#{self.kind.guide_section}",
+                *self._fix_lines(rule),
                 f"  raised: {self.fx_message}",
             ]
         )
+
+
+    def _fix_lines(self, rule: str) -> list[str]:
+        if self.reached_from is None:
+            return [f"  fix: {self.kind.fix}{rule}; see GUIDE.md#{self.kind.guide_section}"]
+        location, callee = self.reached_from
+        return [
+            f"  reached from: {location}, which calls into transformers' shared code",
+            f"  fix: keep that call opaque: ignore=[..., {callee!r}] (patcher trace --ignore {callee}); "
+            f"rewriting {_short_path(self.filename)} would change every model; see GUIDE.md#wrapping-functions",
+        ]
 
 
 def _short_path(filename: str) -> str:
@@ -181,6 +196,7 @@ def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableC
     frame = innermost_model_frame(exc)
     if frame is None:
         return None
+    reached_from = _modeling_caller(exc) if _is_shared_transformers_file(frame.filename) else None
     code = (linecache.getline(frame.filename, frame.lineno) or frame.line or "").rstrip()
     message = f"{type(exc).__name__}: {exc}".strip()
     kind = classify(str(exc), code)
@@ -192,4 +208,22 @@ def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableC
         kind=kind,
         module_path=module_path,
         fx_message=message.splitlines()[0] if message else type(exc).__name__,
+        reached_from=reached_from,
     )
+
+
+def _is_shared_transformers_file(filename: str) -> bool:
+    path = filename.replace(os.sep, "/")
+    return "/transformers/" in path and "/transformers/models/" not in path
+
+
+def _modeling_caller(exc: BaseException) -> tuple[str, str] | None:
+    """The deepest model-file frame before shared code, and the function to keep opaque: that frame's
+    own function when it is a helper, else the shared function it calls (never ``forward``)."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if _is_model_frame(frame.filename)]
+    for caller, callee in zip(reversed(frames[:-1]), reversed(frames[1:])):
+        if _is_shared_transformers_file(caller.filename):
+            continue
+        name = caller.name if caller.name not in ("forward", "<module>") else callee.name
+        return f"{_short_path(caller.filename)}:{caller.lineno} in {caller.name}()", name
+    return None

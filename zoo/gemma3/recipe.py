@@ -1,0 +1,163 @@
+"""Gemma3 (vision) recipe: tiny test models, processor-free multimodal samples and tracing defaults.
+
+What the zoo needs to trace ``Gemma3ForConditionalGeneration`` (gemma-3-4b-it and larger: SigLIP
+vision tower, pooled projector, Gemma3 text model with sliding and full attention layers) into one
+subgraph per decoder layer, and to test that:
+
+- :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes whose forward
+  takes milliseconds, with both layer types (one sliding, one full attention layer), a sliding
+  window shorter than the samples, and no dead path (the all-zero projector weight is woken).
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
+  ``input_ids`` with ``boi`` + ``mm_tokens_per_image`` image tokens + ``eoi`` per image,
+  ``attention_mask``, ``token_type_ids`` (1 on image tokens: the processor returns it, and the
+  model then lets the tokens of one image attend to each other bidirectionally) and
+  ``pixel_values`` ``(batch_size * num_images, C, S, S)`` (SigLIP has a fixed input size ``S``).
+  Registered for ``model_type == "gemma3"``.
+- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+
+Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's span is
+``mm_tokens_per_image + 2`` tokens, so ``input_ids.shape[1] == seq_len + num_images * span``;
+``image_size`` may only repeat the config's size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from transformers import Gemma3Config
+
+from patcher.samples import register_multimodal_sample, text_sample
+
+from .._samples import check_counts as _check_counts
+from .._samples import image_sizes as _image_sizes
+from .._samples import resolve as _resolve
+from .._samples import token_rows as _token_rows
+from .._samples import wake_zero_parameters as _wake_zero_parameters
+
+MODEL_TYPE = "gemma3"
+MODEL_CLASS = "Gemma3ForConditionalGeneration"
+
+# -- generation: what the patcher is given beyond its defaults ------------------------------
+#: The modeling module the zoo entry is generated from.
+SOURCE_MODULE = "transformers.models.gemma3.modeling_gemma3"
+#: zoo export name -> class of the generated module (same name as the original class).
+EXPORTS = {
+    "TraceableGemma3ForConditionalGeneration": "Gemma3ForConditionalGeneration",
+    "TraceableGemma3Model": "Gemma3Model",
+}
+#: Module classes the patcher must never hide inside wrapped code.
+PATCH_TARGETS: list[str] = ["Gemma3DecoderLayer"]
+#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
+PATCH_IGNORE: list[str] = []
+
+#: One subgraph per text decoder layer.
+DEFAULT_TARGETS: list[str] = ["Gemma3DecoderLayer"]
+
+#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps the mask builders, including
+#: ``create_masks_for_vision_model``, opaque). The SigLIP tower and the projector are no ancestors of
+#: a target, so each is a single call anyway; naming them keeps them opaque whatever the targets.
+#: ``get_image_features`` sets an attribute on the tower's output (``pooler_output``), which a traced
+#: value cannot hold: one opaque call.
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.vision_tower",
+    "re:model\\.multi_modal_projector",
+    "get_image_features",
+]
+
+# Tiny sizes: text hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 8/4), one sliding and
+# one full attention layer (the real model has 5 sliding per full), a window of 4 tokens so it cuts
+# into every sample; SigLIP 16-px images of 4-px patches (4x4 patches pooled to 2x2 = 4 tokens).
+_TINY_TEXT = dict(
+    vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, max_position_embeddings=256,
+    sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+    bos_token_id=2, eos_token_id=1, pad_token_id=0,
+)
+_TINY_VISION = dict(
+    model_type="siglip_vision_model", hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    num_attention_heads=2, image_size=16, patch_size=4, vision_use_head=False,
+)
+# Special ids inside the tiny vocabulary, in the real order (boi 255999 < eoi 256000 < image 262144
+# < vocab 262208).
+_TINY_TOP = dict(mm_tokens_per_image=4, boi_token_index=290, eoi_token_index=291, image_token_index=292)
+
+
+def tiny_config(**overrides) -> Gemma3Config:
+    """A tiny ``Gemma3Config``. Overrides: top-level fields, or ``text_config`` / ``vision_config``
+    dicts merged into the tiny defaults."""
+    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
+    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    return Gemma3Config(text_config=text, vision_config=vision, **{**_TINY_TOP, **overrides})
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+               **overrides) -> torch.nn.Module:
+    """A tiny random model in eval mode: ``Gemma3ForConditionalGeneration`` unless ``model_class``
+    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
+    to any class with the same module structure."""
+    model_class = _resolve(model_class or MODEL_CLASS)
+    config = tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def image_token_count(config: Gemma3Config) -> int:
+    """Image tokens per image: the projector pools SigLIP's patch grid to ``mm_tokens_per_image``
+    (256 for gemma-3 at 896/14)."""
+    return config.mm_tokens_per_image
+
+
+def default_image_size(config: Gemma3Config) -> tuple[int, int]:
+    return config.vision_config.image_size, config.vision_config.image_size
+
+
+@register_multimodal_sample(MODEL_TYPE)
+def build_sample(
+    config: Gemma3Config,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    num_images: int = 1,
+    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+    multimodal: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """Inputs for ``Gemma3ForConditionalGeneration``: ``input_ids`` / ``attention_mask`` /
+    ``token_type_ids`` ``(B, L)`` with ``L = seq_len + num_images * (image_token_count(config) + 2)``,
+    and ``pixel_values`` ``(batch_size * num_images, C, S, S)`` in row-major image order.
+    ``image_size`` must be ``S``. ``multimodal=False``: a text-only sample of length ``seq_len``."""
+    if not multimodal:
+        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                           device=device, generator=generator)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    _check_counts(batch_size, seq_len, num_images, left_padding)
+    vision = config.vision_config
+    fixed = default_image_size(config)
+    sizes = _image_sizes(image_size, num_images, fixed)
+    if any(size != fixed for size in sizes):
+        raise ValueError(f"Gemma3's SigLIP tower takes {fixed[0]}x{fixed[1]} images only (got {sizes})")
+
+    span = [config.boi_token_index] + [config.image_token_id] * image_token_count(config) + [config.eoi_token_index]
+    special = [config.boi_token_index, config.eoi_token_index, config.image_token_id]
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, [span] * num_images, left_padding,
+                                            special, generator)
+    pixel_values = torch.randn(batch_size * num_images, vision.num_channels, *fixed, generator=generator)
+    sample = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": (input_ids == config.image_token_id).long(),
+        "pixel_values": pixel_values.to(dtype),
+    }
+    return {name: value.to(device) for name, value in sample.items()}
+
+
+__all__ = [
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "image_token_count", "tiny_config", "tiny_model",
+]
