@@ -90,6 +90,25 @@ def test_shrinking_keeps_layer_types_consistent_and_every_kind():
     assert config.hidden_size <= 64 and config.vocab_size <= 256
 
 
+def test_shrinking_keeps_vision_windows_in_pixels_at_least_a_merged_patch():
+    # Qwen2.5-VL's vision window_size is in pixels (window_size // spatial_merge_size // patch_size
+    # merged patches a side): lowered like a token window (4) it gave windows 0 patches wide, and the
+    # eager multimodal run divided by zero. Never raised above the real value.
+    vision = shrink_config(transformers.Qwen2_5_VLConfig).vision_config
+    merged_patch = vision.patch_size * vision.spatial_merge_size
+    assert vision.window_size // merged_patch >= 1
+    assert vision.window_size <= transformers.Qwen2_5_VLVisionConfig().window_size
+
+
+def test_shrinking_keeps_pooled_image_tokens_within_the_patch_grid():
+    # Gemma3 pools image_size / patch_size patches a side to sqrt(mm_tokens_per_image) a side: 256
+    # tokens over a shrunk tower made the pooling kernel 0 wide (an eager error, not a trace result).
+    config = shrink_config(transformers.Gemma3Config)
+    side = config.vision_config.image_size // config.vision_config.patch_size
+    tokens_side = round(config.mm_tokens_per_image**0.5)
+    assert tokens_side**2 == config.mm_tokens_per_image and 1 <= tokens_side <= side and side % tokens_side == 0
+
+
 def test_shrinking_renumbers_layer_index_lists():
     config = shrink_config(transformers.MllamaConfig)
     text = config.text_config

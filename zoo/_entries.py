@@ -8,8 +8,10 @@ from types import ModuleType
 
 ENTRIES: dict[str, str] = {
     "qwen2_vl": "zoo.qwen2_vl.recipe",
+    "qwen2_5_vl": "zoo.qwen2_5_vl.recipe",
     "mllama": "zoo.mllama.recipe",
     "llava": "zoo.llava.recipe",
+    "gemma3": "zoo.gemma3.recipe",
 }
 
 ZOO_DIR = Path(__file__).parent

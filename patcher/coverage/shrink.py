@@ -165,7 +165,36 @@ class _Shrinker:
                 data[key] = min(data[key], len(keep)) if data[key] != old_layers else len(keep)
         self._keep_equalities(original, data)
         self._fix_groups(data)
+        self._fix_pixel_window(original, data)
+        self._fix_pooled_image_tokens(data)
         return data
+
+    @staticmethod
+    def _fix_pooled_image_tokens(data: dict) -> None:
+        """Gemma3's projector pools the vision tower's ``image_size / patch_size`` patches a side to
+        ``sqrt(mm_tokens_per_image)`` tokens a side: with the tower shrunk and 256 tokens kept, the
+        pooling kernel would be 0 wide. One token per patch, or the real count if smaller."""
+        vision = data.get("vision_config")
+        tokens = data.get("mm_tokens_per_image")
+        if not isinstance(vision, dict) or not isinstance(tokens, int) or tokens <= 0:
+            return
+        size, patch = vision.get("image_size"), vision.get("patch_size")
+        if isinstance(size, int) and isinstance(patch, int) and patch > 0 and size // patch > 0:
+            side = min(int(tokens**0.5), size // patch)
+            while (size // patch) % side:  # the kernel must tile the patch grid
+                side -= 1
+            data["mm_tokens_per_image"] = side * side
+
+    @staticmethod
+    def _fix_pixel_window(original: dict, data: dict) -> None:
+        """A vision ``window_size`` next to ``patch_size`` and ``spatial_merge_size`` is in pixels
+        (Qwen2.5-VL: ``window_size // spatial_merge_size // patch_size`` merged patches a side), not
+        in tokens: lowered like a token window it would be 0 windows wide (a division by zero).
+        Keep two merged patches a side, or the real value if smaller."""
+        patch, merge, window = (original.get(key) for key in ("patch_size", "spatial_merge_size", "window_size"))
+        if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (patch, merge, window)) \
+                and isinstance(data.get("patch_size"), int) and isinstance(data.get("spatial_merge_size"), int):
+            data["window_size"] = min(window, 2 * data["patch_size"] * data["spatial_merge_size"])
 
     @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:

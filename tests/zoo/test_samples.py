@@ -1,7 +1,8 @@
 """Zoo recipes: processor-free multimodal samples that the original transformers models accept.
 
-For Qwen2-VL, Mllama and Llava, on the tiny models and for drawn batch sizes, text lengths, image
-counts, image sizes (Qwen2-VL grids, Mllama aspect ratios / tile counts) and left padding:
+For every zoo recipe, on the tiny models and for drawn batch sizes, text lengths, image counts,
+image sizes (the recipe's ``example_image_sizes``: Qwen grids, Mllama aspect ratios / tile counts)
+and left padding:
 - the sample has the documented layout (``seq_len`` is the text length; each image adds its span),
 - the original eager model runs on it and gives logits of shape (batch, length, vocab),
 - other pixel values change the logits (the image reaches the output: no dead path);
@@ -26,18 +27,24 @@ from hypothesis import strategies as st
 
 from patcher.models import build_model, load_config
 from patcher.samples import multimodal_sample, sample_input
+from zoo.gemma3 import recipe as gemma3
 from zoo.llava import recipe as llava
 from zoo.mllama import recipe as mllama
+from zoo.qwen2_5_vl import recipe as qwen2_5_vl
 from zoo.qwen2_vl import recipe as qwen2_vl
 
-RECIPES = {"qwen2_vl": qwen2_vl, "mllama": mllama, "llava": llava}
+RECIPES = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "mllama": mllama, "llava": llava, "gemma3": gemma3}
+QWEN = ("qwen2_vl", "qwen2_5_vl")  # same sample layout: vision_start + image tokens + vision_end
 
 # bundled config name -> (recipe, model class, expected decoder layer counts)
 REAL = {
     "Qwen2-VL-2B-Instruct": ("qwen2_vl", "Qwen2VLForConditionalGeneration", {"Qwen2VLDecoderLayer": 28}),
+    "Qwen2.5-VL-7B-Instruct": ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration",
+                               {"Qwen2_5_VLDecoderLayer": 28, "Qwen2_5_VLVisionBlock": 32}),
     "Llama-3.2-11B-Vision-Instruct": ("mllama", "MllamaForConditionalGeneration",
                                       {"MllamaSelfAttentionDecoderLayer": 32, "MllamaCrossAttentionDecoderLayer": 8}),
     "llava-1.5-7b-hf": ("llava", "LlavaForConditionalGeneration", {"LlamaDecoderLayer": 32}),
+    "gemma-3-4b-it": ("gemma3", "Gemma3ForConditionalGeneration", {"Gemma3DecoderLayer": 34, "SiglipEncoderLayer": 27}),
 }
 
 
@@ -48,10 +55,12 @@ def tiny(name: str, device: str) -> torch.nn.Module:
 
 def image_span(name: str, config, size) -> int:
     """Tokens one image adds to the text."""
-    if name == "qwen2_vl":
-        return qwen2_vl.image_token_count(config, size) + 2  # vision_start ... vision_end
+    if name in QWEN:
+        return RECIPES[name].image_token_count(config, size) + 2  # vision_start ... vision_end
     if name == "mllama":
         return 1
+    if name == "gemma3":
+        return gemma3.image_token_count(config) + 2  # boi ... eoi
     return llava.image_token_count(config)
 
 
@@ -60,13 +69,8 @@ def image_token_id(name: str, config) -> int:
 
 
 def draw_image_sizes(data, name: str, config, num_images: int):
-    if name == "qwen2_vl":
-        step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
-        side = st.integers(1, 3).map(lambda n: n * step)
-        return [data.draw(st.tuples(side, side)) for _ in range(num_images)]
-    if name == "mllama":
-        return [data.draw(st.sampled_from(mllama.supported_image_sizes(config))) for _ in range(num_images)]
-    return None  # fixed by the CLIP config
+    sizes = RECIPES[name].example_image_sizes(config)
+    return [data.draw(st.sampled_from(sizes)) for _ in range(num_images)]
 
 
 def draw_sample_args(data, name: str, config) -> dict:
@@ -84,7 +88,7 @@ def draw_sample_args(data, name: str, config) -> dict:
 
 def check_layout(name: str, config, sample: dict, args: dict) -> None:
     batch_size, seq_len, num_images = args["batch_size"], args["seq_len"], args["num_images"]
-    sizes = args["image_size"] or [llava.default_image_size(config)] * num_images
+    sizes = args["image_size"]
     length = seq_len + sum(image_span(name, config, size) for size in sizes)
     input_ids, attention_mask = sample["input_ids"], sample["attention_mask"]
     assert input_ids.shape == attention_mask.shape == (batch_size, length)
@@ -92,14 +96,14 @@ def check_layout(name: str, config, sample: dict, args: dict) -> None:
     expected_mask[0, : args["left_padding"]] = 0
     assert torch.equal(attention_mask.cpu(), expected_mask)
     image_tokens = (input_ids == image_token_id(name, config)).sum(-1)
-    per_row = sum(image_span(name, config, size) - (2 if name == "qwen2_vl" else 0) for size in sizes)
+    per_row = sum(image_span(name, config, size) - (2 if name in QWEN + ("gemma3",) else 0) for size in sizes)
     assert image_tokens.tolist() == [per_row] * batch_size
     # No image token in the left padding.
     assert not (input_ids[0, : args["left_padding"]] == image_token_id(name, config)).any()
 
-    if name == "qwen2_vl":
+    if name in QWEN:
         vision = config.vision_config
-        grids = [qwen2_vl.image_grid(config, size) for size in sizes] * batch_size
+        grids = [RECIPES[name].image_grid(config, size) for size in sizes] * batch_size
         assert sample["image_grid_thw"].tolist() == [list(grid) for grid in grids]
         patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
         assert sample["pixel_values"].shape == (sum(t * h * w for t, h, w in grids), patch_dim)
@@ -129,6 +133,11 @@ def check_layout(name: str, config, sample: dict, args: dict) -> None:
         vision = config.vision_config
         assert sample["pixel_values"].shape == (batch_size * num_images, vision.num_channels,
                                                 vision.image_size, vision.image_size)
+    if name == "gemma3":
+        assert torch.equal(sample["token_type_ids"], (input_ids == config.image_token_id).long())
+        starts = (input_ids == config.boi_token_index).sum(-1)
+        ends = (input_ids == config.eoi_token_index).sum(-1)
+        assert starts.tolist() == ends.tolist() == [num_images] * batch_size
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -197,12 +206,18 @@ def test_bad_arguments_are_refused():
         qwen2_vl.build_sample(qwen, image_size=(8, 12))
     with pytest.raises(ValueError, match="one per image"):
         qwen2_vl.build_sample(qwen, num_images=2, image_size=[(8, 8), (8, 8), (8, 8)])
+    with pytest.raises(ValueError, match="multiple"):
+        qwen2_5_vl.build_sample(qwen2_5_vl.tiny_config(), image_size=(8, 12))
+    with pytest.raises(ValueError, match="out_hidden_size"):
+        qwen2_5_vl.tiny_config(vision_config={"out_hidden_size": 16})
     with pytest.raises(ValueError, match="supported aspect ratios"):
         mllama.build_sample(ml, image_size=(24, 24))  # 3x3 tiles
     with pytest.raises(ValueError, match="only"):
         llava.build_sample(lv, image_size=16)
     with pytest.raises(ValueError, match="num_images"):
         llava.build_sample(lv, num_images=0)
+    with pytest.raises(ValueError, match="only"):
+        gemma3.build_sample(gemma3.tiny_config(), image_size=8)
 
 
 @pytest.mark.parametrize("config_name", sorted(REAL))
@@ -214,7 +229,8 @@ def test_real_config_builds_on_meta_with_its_layers(config_name):
     counts = collections.Counter(type(module).__name__ for module in model.modules())
     assert {layer: counts[layer] for layer in expected} == expected
     targets = RECIPES[name].DEFAULT_TARGETS
-    assert sum(counts[target] for target in targets) == (28 if name == "qwen2_vl" else 32)
+    layers = {"qwen2_vl": 28, "qwen2_5_vl": 28, "mllama": 32, "llava": 32, "gemma3": 34}[name]
+    assert sum(counts[target] for target in targets) == layers
     modeling = sys.modules[type(model).__module__]
     for entry in RECIPES[name].DEFAULT_IGNORE:  # entries name real modules, methods or functions
         if entry.startswith("re:"):
@@ -231,8 +247,10 @@ def test_real_config_sample_on_meta(config_name):
     assert all(value.device.type == "meta" for value in sample.values())
     per_image = {
         "qwen2_vl": 3 * 2 + 2,  # default 56 x 84 px: 4 x 6 patches of 14, merged 2 x 2 -> 6, + 2 markers
+        "qwen2_5_vl": 3 * 2 + 2,  # the same
         "mllama": 1,
         "llava": 576,  # (336 / 14)**2, CLS dropped ("default" strategy)
+        "gemma3": 256 + 2,  # 64 x 64 SigLIP patches of 14 px at 896 pooled to 16 x 16, + boi, eoi
     }[name]
     assert sample["input_ids"].shape == (2, 8 + 2 * per_image)
     if name == "mllama":
@@ -240,5 +258,7 @@ def test_real_config_sample_on_meta(config_name):
         assert sample["cross_attention_mask"].shape == (2, 10, 2, 4)
     elif name == "llava":
         assert sample["pixel_values"].shape == (4, 3, 336, 336)
+    elif name == "gemma3":
+        assert sample["pixel_values"].shape == (4, 3, 896, 896)
     else:
         assert sample["pixel_values"].shape == (4 * 24, 3 * 2 * 14 * 14)

@@ -114,6 +114,11 @@ def default_image_size(config: Gemma3Config) -> tuple[int, int]:
     return config.vision_config.image_size, config.vision_config.image_size
 
 
+def example_image_sizes(config) -> list[tuple[int, int]]:
+    """Image sizes for tests and sweeps to draw from: the one size the vision tower takes."""
+    return [default_image_size(config)]
+
+
 @register_multimodal_sample(MODEL_TYPE)
 def build_sample(
     config: Gemma3Config,
@@ -159,5 +164,6 @@ def build_sample(
 
 __all__ = [
     "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "example_image_sizes",
     "image_token_count", "tiny_config", "tiny_model",
 ]

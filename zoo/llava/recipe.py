@@ -116,6 +116,11 @@ def default_image_size(config: LlavaConfig) -> tuple[int, int]:
     return config.vision_config.image_size, config.vision_config.image_size
 
 
+def example_image_sizes(config) -> list[tuple[int, int]]:
+    """Image sizes for tests and sweeps to draw from: the one size the vision tower takes."""
+    return [default_image_size(config)]
+
+
 @register_multimodal_sample(MODEL_TYPE)
 def build_sample(
     config: LlavaConfig,
@@ -153,10 +158,8 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
-
-
 __all__ = [
     "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "example_image_sizes",
     "image_token_count", "tiny_config", "tiny_model",
 ]

@@ -153,6 +153,11 @@ def supported_image_sizes(config: MllamaConfig) -> list[tuple[int, int]]:
     return [(rows * tile, cols * tile) for rows, cols in config.vision_config.supported_aspect_ratios]
 
 
+def example_image_sizes(config: MllamaConfig) -> list[tuple[int, int]]:
+    """Image sizes for tests and sweeps to draw from: every supported one."""
+    return supported_image_sizes(config)
+
+
 def image_token_count(config: MllamaConfig, image_size: int | Sequence[int] | None = None) -> int:
     """One ``<|image|>`` token per image, whatever its size (the vision states reach the text by
     cross-attention: ``tiles * ((tile / patch)**2 + 1)`` states per image)."""
@@ -227,11 +232,8 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
-
-
 __all__ = [
     "ALL_DECODER_TARGETS", "CROSS_ATTENTION_TARGETS", "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS",
     "MODEL_TYPE", "aspect_ratio", "aspect_ratio_id", "build_sample", "default_image_size", "image_token_count",
-    "supported_image_sizes", "tiny_config", "tiny_model",
+    "example_image_sizes", "supported_image_sizes", "tiny_config", "tiny_model",
 ]

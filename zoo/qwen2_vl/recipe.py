@@ -143,6 +143,13 @@ def default_image_size(config: Qwen2VLConfig) -> tuple[int, int]:
     return 2 * step, 3 * step
 
 
+def example_image_sizes(config) -> list[tuple[int, int]]:
+    """Image sizes for tests and sweeps to draw from: 1 to 3 merged patches a side (any multiple of
+    ``patch_size * spatial_merge_size`` is valid)."""
+    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    return [(rows * step, cols * step) for rows in range(1, 4) for cols in range(1, 4)]
+
+
 @register_multimodal_sample(MODEL_TYPE)
 def build_sample(
     config: Qwen2VLConfig,
@@ -193,10 +200,8 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-# --- helpers (each zoo recipe keeps its own copy: recipes do not import each other) ---------------
-
-
 __all__ = [
     "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "example_image_sizes",
     "image_grid", "image_token_count", "tiny_config", "tiny_model",
 ]

@@ -1,0 +1,209 @@
+"""Qwen2.5-VL recipe: tiny test models, processor-free multimodal samples and tracing defaults.
+
+What the zoo needs to trace ``Qwen2_5_VLForConditionalGeneration`` into one subgraph per decoder
+layer, and to test that:
+
+- :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (vision tower
+  with windowed and full-attention blocks, patch merger, M-RoPE) whose forward takes milliseconds,
+  with no dead path (every all-zero parameter is woken).
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
+  ``input_ids`` with ``<|vision_start|>`` + one ``image_token_id`` per merged patch +
+  ``<|vision_end|>`` per image, ``attention_mask``, ``mm_token_type_ids`` (required by
+  transformers 5 whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and
+  ``image_grid_thw``. Registered for ``model_type == "qwen2_5_vl"`` so
+  ``patcher.samples.multimodal_sample`` finds it. Images only: no video, so no
+  ``second_per_grid_ts``.
+- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+
+Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``; the layout is Qwen2-VL's.
+``seq_len`` is the text length, each image adds ``t*h*w / spatial_merge_size**2`` image tokens plus
+the two ``vision_start`` / ``vision_end`` markers, and ``image_size`` is any ``(height, width)`` (or
+int, or one per image of a row) that is a multiple of ``patch_size * spatial_merge_size``.
+
+Unlike Qwen2-VL, the vision tower attends within windows of ``window_size`` pixels
+(``window_size // (patch_size * spatial_merge_size)`` merged patches a side) except in the blocks
+listed in ``fullatt_block_indexes``, and the merger projects to ``out_hidden_size`` (the text
+hidden size; ``vision_config.hidden_size`` is the tower's own width). The tiny config keeps both
+kinds of block (block 0 windowed, block 1 full) and windows of 2 x 2 merged patches, so images of 3
+merged patches a side (drawn by the tests; the default image is 2 x 3) are split into several
+windows, one of them partial, and the window permutation is not the identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from transformers import Qwen2_5_VLConfig
+
+from patcher.samples import register_multimodal_sample, text_sample
+
+from .._samples import check_counts as _check_counts
+from .._samples import image_sizes as _image_sizes
+from .._samples import pair as _pair
+from .._samples import resolve as _resolve
+from .._samples import token_rows as _token_rows
+from .._samples import wake_zero_parameters as _wake_zero_parameters
+
+MODEL_TYPE = "qwen2_5_vl"
+MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
+
+# -- generation: what the patcher is given beyond its defaults ------------------------------
+#: The modeling module the zoo entry is generated from.
+SOURCE_MODULE = "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl"
+#: zoo export name -> class of the generated module (same name as the original class).
+EXPORTS = {
+    "TraceableQwen2_5_VLForConditionalGeneration": "Qwen2_5_VLForConditionalGeneration",
+    "TraceableQwen2_5_VLModel": "Qwen2_5_VLModel",
+}
+#: Module classes the patcher must never hide inside wrapped code.
+PATCH_TARGETS: list[str] = ["Qwen2_5_VLDecoderLayer"]
+#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
+PATCH_IGNORE: list[str] = []
+
+#: One subgraph per text decoder layer.
+DEFAULT_TARGETS: list[str] = ["Qwen2_5_VLDecoderLayer"]
+
+#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
+#: builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
+#: call anyway; naming it keeps it opaque whatever the targets (its window index is built from
+#: ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged patches
+#: per image with ``.tolist()`` split sizes (the number of chunks depends on the input): traced
+#: through, the chunk count would be baked.
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.visual",
+    "get_rope_index",
+    "get_image_features",
+    "get_video_features",
+]
+
+# Tiny sizes: hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 28/4), M-RoPE sections
+# summing to head_dim / 2 like the real [16, 24, 24] over 128; vision patches of 4 px, a tower of
+# width 16 (2 heads of 8) merged into the text width 32 (out_hidden_size), windows of 16 px = 2 x 2
+# merged patches, block 0 windowed and block 1 full (the real tower: windows of 112 px = 4 x 4
+# merged patches, full attention in blocks 7, 15, 23, 31).
+_TINY_TEXT = dict(
+    vocab_size=200, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1000000.0},
+    bos_token_id=1, eos_token_id=2, pad_token_id=0,
+)
+_TINY_VISION = dict(
+    depth=2, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32, in_channels=3, patch_size=4,
+    temporal_patch_size=2, spatial_merge_size=2, window_size=16, fullatt_block_indexes=[1], tokens_per_second=2,
+)
+# Special ids inside the tiny vocabulary, in the real order (151652..151656).
+_TINY_TOP = dict(vision_start_token_id=190, vision_end_token_id=191, image_token_id=193, video_token_id=194)
+
+
+def tiny_config(**overrides) -> Qwen2_5_VLConfig:
+    """A tiny ``Qwen2_5_VLConfig``. Overrides: top-level fields, or ``text_config`` /
+    ``vision_config`` dicts merged into the tiny defaults."""
+    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
+    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    if vision["out_hidden_size"] != text["hidden_size"]:
+        raise ValueError("vision_config.out_hidden_size is the merger's output size: it must equal the text hidden_size")
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **{**_TINY_TOP, **overrides})
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+               **overrides) -> torch.nn.Module:
+    """A tiny random model in eval mode: ``Qwen2_5_VLForConditionalGeneration`` unless
+    ``model_class`` (a class or a ``transformers`` class name) says otherwise. The same seed gives
+    the same weights to any class with the same module structure."""
+    model_class = _resolve(model_class or MODEL_CLASS)
+    config = tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    _wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
+
+
+def image_grid(config: Qwen2_5_VLConfig, image_size: int | Sequence[int]) -> tuple[int, int, int]:
+    """The ``(t, h, w)`` patch grid of one image of pixel size ``image_size``."""
+    vision = config.vision_config
+    height, width = _pair(image_size)
+    step = vision.patch_size * vision.spatial_merge_size
+    if height <= 0 or width <= 0 or height % step or width % step:
+        raise ValueError(
+            f"Qwen2.5-VL image size {(height, width)} must be positive multiples of patch_size * spatial_merge_size "
+            f"= {step} (the processor resizes images to such sizes)"
+        )
+    return 1, height // vision.patch_size, width // vision.patch_size
+
+
+def image_token_count(config: Qwen2_5_VLConfig, image_size: int | Sequence[int]) -> int:
+    """Image tokens of one image: ``t*h*w / spatial_merge_size**2`` (the markers not included)."""
+    t, h, w = image_grid(config, image_size)
+    return t * h * w // config.vision_config.spatial_merge_size**2
+
+
+def default_image_size(config: Qwen2_5_VLConfig) -> tuple[int, int]:
+    """Two by three merged patches: small, and not square (a height/width mix-up shows). With the
+    tiny windows of 2 x 2 merged patches, that is two windows, the second one partial."""
+    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    return 2 * step, 3 * step
+
+
+def example_image_sizes(config) -> list[tuple[int, int]]:
+    """Image sizes for tests and sweeps to draw from: 1 to 3 merged patches a side (any multiple of
+    ``patch_size * spatial_merge_size`` is valid)."""
+    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    return [(rows * step, cols * step) for rows in range(1, 4) for cols in range(1, 4)]
+
+
+@register_multimodal_sample(MODEL_TYPE)
+def build_sample(
+    config: Qwen2_5_VLConfig,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 16,
+    num_images: int = 1,
+    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+    left_padding: int = 0,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+    multimodal: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """Inputs for ``Qwen2_5_VLForConditionalGeneration``: ``input_ids``, ``attention_mask``,
+    ``mm_token_type_ids`` ``(B, L)``; ``pixel_values`` ``(sum(t*h*w), C*temporal_patch*patch*patch)``;
+    ``image_grid_thw`` ``(batch_size * num_images, 3)``. ``L = seq_len + num_images * span`` (see
+    the module docstring). ``multimodal=False``: a text-only sample of length ``seq_len``."""
+    if not multimodal:
+        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                           device=device, generator=generator)
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    _check_counts(batch_size, seq_len, num_images, left_padding)
+    sizes = _image_sizes(image_size, num_images, default_image_size(config))
+    grids = [image_grid(config, size) for size in sizes]
+    merge = config.vision_config.spatial_merge_size
+    spans = [
+        [config.vision_start_token_id] + [config.image_token_id] * (t * h * w // merge**2) + [config.vision_end_token_id]
+        for t, h, w in grids
+    ]
+    special = [config.image_token_id, config.video_token_id, config.vision_start_token_id,
+               config.vision_end_token_id, getattr(config, "vision_token_id", None)]
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding, special, generator)
+    mm_token_type_ids = (input_ids == config.image_token_id).long()
+
+    vision = config.vision_config
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    image_grid_thw = torch.tensor(grids * batch_size, dtype=torch.long)
+    num_patches = int(image_grid_thw.prod(-1).sum())
+    pixel_values = torch.randn(num_patches, patch_dim, generator=generator).to(dtype)
+    sample = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "mm_token_type_ids": mm_token_type_ids,
+        "pixel_values": pixel_values,
+        "image_grid_thw": image_grid_thw,
+    }
+    return {name: value.to(device) for name, value in sample.items()}
+
+
+__all__ = [
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "example_image_sizes",
+    "image_grid", "image_token_count", "tiny_config", "tiny_model",
+]
