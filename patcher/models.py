@@ -6,6 +6,7 @@ device: a real-size config needs no memory for its weights.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import os
@@ -63,6 +64,16 @@ def load_config(model_id: str | os.PathLike) -> PretrainedConfig:
     bundled = CONFIG_DIR / f"{model_id}.json"
     if bundled.is_file():
         return _config_from_json(bundled)
+    if "/" not in str(model_id):
+        # not a hub id (those are ``org/name``): asking the hub anyway costs ~30 s of retries offline
+        close = difflib.get_close_matches(str(model_id), bundled_config_names(), n=1, cutoff=0.6)
+        raise ValueError(
+            f"cannot load a config for {str(model_id)!r}: it is not a directory, not a config file and not a "
+            f"bundled config ({', '.join(bundled_config_names())}); "
+            + (f"did you mean {close[0]!r}? " if close else "")
+            + f"To bundle one, save the model's config.json as {CONFIG_DIR / (str(model_id) + '.json')}; "
+            "hub ids are written org/name"
+        )
     try:
         return AutoConfig.from_pretrained(str(model_id))
     except Exception as exc:  # no network here, or an unknown id

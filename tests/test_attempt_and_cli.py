@@ -88,3 +88,14 @@ def test_help_teaches(args):
     assert "trace" in result.stdout
     if args[0] == "trace":
         assert "examples:" in result.stdout and "Meta-Llama-3-8B" in result.stdout
+
+
+def test_unknown_config_name_without_org_is_refused_at_once_with_a_suggestion(monkeypatch):
+    from patcher import models
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("a name without org/ is no hub id: the hub must not be asked")
+
+    monkeypatch.setattr(models.AutoConfig, "from_pretrained", no_hub)
+    with pytest.raises(ValueError, match=r"did you mean 'Qwen2-VL-2B-Instruct'\?.*save the model's config.json as"):
+        models.load_config("Qwen2-VL-2B-Instruc")

@@ -27,13 +27,15 @@ from hypothesis import strategies as st
 
 from patcher.models import build_model, load_config
 from patcher.samples import multimodal_sample, sample_input
+from zoo._entries import ENTRIES, recipe
 from zoo.gemma3 import recipe as gemma3
 from zoo.llava import recipe as llava
 from zoo.mllama import recipe as mllama
 from zoo.qwen2_5_vl import recipe as qwen2_5_vl
 from zoo.qwen2_vl import recipe as qwen2_vl
 
-RECIPES = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "mllama": mllama, "llava": llava, "gemma3": gemma3}
+# Every zoo entry, so a new one is checked here from the start (its layout needs its own checks below).
+RECIPES = {entry: recipe(entry) for entry in ENTRIES}
 QWEN = ("qwen2_vl", "qwen2_5_vl")  # same sample layout: vision_start + image tokens + vision_end
 
 # bundled config name -> (recipe, model class, expected decoder layer counts)

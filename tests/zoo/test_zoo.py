@@ -142,6 +142,10 @@ REAL = [
 ]
 
 
+def test_every_entry_has_a_real_config_and_a_traceable_class():
+    assert {row[0] for row in REAL} == set(ENTRIES) == set(TRACEABLE)
+
+
 @pytest.mark.parametrize("entry, config_name, targets, text_count, multimodal_count", REAL)
 def test_real_configs_on_meta(entry, config_name, targets, text_count, multimodal_count):
     config = load_config(config_name)
