@@ -29,7 +29,7 @@ def model_id_help() -> str:
         f"  - a bundled real config, built on the meta device (no download): {', '.join(bundled_config_names())}\n"
         "  - a directory saved with save_pretrained (only its config.json is read)\n"
         "  - a config.json file\n"
-        "  - a hub id, where the network allows\n"
+        "  - a hub id (org/name), where the network allows\n"
     )
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ def blocks():
         for match in BLOCK.finditer(text):
             line = text[: match.start()].count("\n") + 1
             if match["lang"] in ("python", "bash", "console"):
-                yield pytest.param(match["lang"], match["body"], match["skip"], id=f"{name}:{line}")
+                # blocks inside list items are indented like the item's text
+                yield pytest.param(match["lang"], textwrap.dedent(match["body"]), match["skip"], id=f"{name}:{line}")
 
 
 def environment():
