@@ -83,3 +83,11 @@ def check_console(body):
             except ValueError:
                 pytest.fail(f"{command}: the documented line\n  {line}\nis not in the output (in order):\n"
                             + "\n".join(actual[-60:]))
+
+
+def test_readme_names_every_zoo_model():
+    from zoo._entries import export_names
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in export_names() if name.endswith("ForConditionalGeneration") and f"`{name}`" not in readme]
+    assert not missing, f"README.md's zoo list lacks {missing}"
