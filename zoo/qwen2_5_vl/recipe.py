@@ -31,18 +31,13 @@ windows, one of them partial, and the window permutation is not the identity.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 import torch
 from transformers import Qwen2_5_VLConfig
 
-from patcher.samples import register_multimodal_sample, text_sample
+from patcher.samples import register_multimodal_sample
 
-from .._samples import check_counts as _check_counts
-from .._samples import image_sizes as _image_sizes
-from .._samples import pair as _pair
+from .. import _qwen_vl_samples as _qwen_vl
 from .._samples import resolve as _resolve
-from .._samples import token_rows as _token_rows
 from .._samples import wake_zero_parameters as _wake_zero_parameters
 
 MODEL_TYPE = "qwen2_5_vl"
@@ -119,87 +114,12 @@ def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: t
     return model.to(dtype).eval()
 
 
-def image_grid(config: Qwen2_5_VLConfig, image_size: int | Sequence[int]) -> tuple[int, int, int]:
-    """The ``(t, h, w)`` patch grid of one image of pixel size ``image_size``."""
-    vision = config.vision_config
-    height, width = _pair(image_size)
-    step = vision.patch_size * vision.spatial_merge_size
-    if height <= 0 or width <= 0 or height % step or width % step:
-        raise ValueError(
-            f"Qwen2.5-VL image size {(height, width)} must be positive multiples of patch_size * spatial_merge_size "
-            f"= {step} (the processor resizes images to such sizes)"
-        )
-    return 1, height // vision.patch_size, width // vision.patch_size
-
-
-def image_token_count(config: Qwen2_5_VLConfig, image_size: int | Sequence[int]) -> int:
-    """Image tokens of one image: ``t*h*w / spatial_merge_size**2`` (the markers not included)."""
-    t, h, w = image_grid(config, image_size)
-    return t * h * w // config.vision_config.spatial_merge_size**2
-
-
-def default_image_size(config: Qwen2_5_VLConfig) -> tuple[int, int]:
-    """Two by three merged patches: small, and not square (a height/width mix-up shows). With the
-    tiny windows of 2 x 2 merged patches, that is two windows, the second one partial."""
-    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
-    return 2 * step, 3 * step
-
-
-def example_image_sizes(config) -> list[tuple[int, int]]:
-    """Image sizes for tests and sweeps to draw from: 1 to 3 merged patches a side (any multiple of
-    ``patch_size * spatial_merge_size`` is valid)."""
-    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
-    return [(rows * step, cols * step) for rows in range(1, 4) for cols in range(1, 4)]
-
-
-@register_multimodal_sample(MODEL_TYPE)
-def build_sample(
-    config: Qwen2_5_VLConfig,
-    *,
-    batch_size: int = 1,
-    seq_len: int = 16,
-    num_images: int = 1,
-    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
-    left_padding: int = 0,
-    device: str | torch.device = "cpu",
-    generator: torch.Generator | None = None,
-    multimodal: bool = True,
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, Any]:
-    """Inputs for ``Qwen2_5_VLForConditionalGeneration``: ``input_ids``, ``attention_mask``,
-    ``mm_token_type_ids`` ``(B, L)``; ``pixel_values`` ``(sum(t*h*w), C*temporal_patch*patch*patch)``;
-    ``image_grid_thw`` ``(batch_size * num_images, 3)``. ``L = seq_len + num_images * span`` (see
-    the module docstring). ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    if not multimodal:
-        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
-                           device=device, generator=generator)
-    generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    _check_counts(batch_size, seq_len, num_images, left_padding)
-    sizes = _image_sizes(image_size, num_images, default_image_size(config))
-    grids = [image_grid(config, size) for size in sizes]
-    merge = config.vision_config.spatial_merge_size
-    spans = [
-        [config.vision_start_token_id] + [config.image_token_id] * (t * h * w // merge**2) + [config.vision_end_token_id]
-        for t, h, w in grids
-    ]
-    special = [config.image_token_id, config.video_token_id, config.vision_start_token_id,
-               config.vision_end_token_id, getattr(config, "vision_token_id", None)]
-    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding, special, generator)
-    mm_token_type_ids = (input_ids == config.image_token_id).long()
-
-    vision = config.vision_config
-    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-    image_grid_thw = torch.tensor(grids * batch_size, dtype=torch.long)
-    num_patches = int(image_grid_thw.prod(-1).sum())
-    pixel_values = torch.randn(num_patches, patch_dim, generator=generator).to(dtype)
-    sample = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "mm_token_type_ids": mm_token_type_ids,
-        "pixel_values": pixel_values,
-        "image_grid_thw": image_grid_thw,
-    }
-    return {name: value.to(device) for name, value in sample.items()}
+# The sample layout is the Qwen VL family's (zoo/_qwen_vl_samples.py), registered for this model type.
+build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl.build_sample)
+image_grid = _qwen_vl.image_grid
+image_token_count = _qwen_vl.image_token_count
+default_image_size = _qwen_vl.default_image_size
+example_image_sizes = _qwen_vl.example_image_sizes
 
 
 __all__ = [
