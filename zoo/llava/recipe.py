@@ -13,7 +13,7 @@ and to test that:
   "llava"``.
 - :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
 
-Sample conventions shared by the three zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's
+Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's
 span is its run of image tokens, so ``input_ids.shape[1] == seq_len + num_images *
 image_token_count(config)``; ``image_size`` may only repeat the config's size.
 """

@@ -22,7 +22,7 @@ layer, and to test that:
   cross-attention layers are an opt-in target (:data:`CROSS_ATTENTION_TARGETS`): they are skipped
   on text-only inputs, so a text-only calibration never reaches them.
 
-Sample conventions shared by the three zoo recipes: see ``zoo.qwen2_vl.recipe``. Here: an image's
+Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here: an image's
 span is its single ``<|image|>`` token, so ``input_ids.shape[1] == seq_len + num_images``, and
 ``image_size`` ``(height, width)`` must be a whole number of tiles (``vision_config.image_size``)
 each way, ``(rows * tile, cols * tile)`` with ``[rows, cols]`` one of the config's
