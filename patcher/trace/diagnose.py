@@ -130,7 +130,6 @@ class UntraceableConstruct:
             ]
         )
 
-
     def _fix_lines(self, rule: str) -> list[str]:
         if self.reached_from is None:
             return [f"  fix: {self.kind.fix}{rule}; see GUIDE.md#{self.kind.guide_section}"]
