@@ -7,23 +7,22 @@ from typing import Sequence
 import torch
 import transformers
 
+from patcher.coverage.wake import wake_zero_parameters
+
+
 def resolve(model_class: type | str) -> type:
     return getattr(transformers, model_class) if isinstance(model_class, str) else model_class
 
 
-def wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
-    """Give every all-zero parameter a random value, so no path is dead. Biases and norm shifts get
-    small values; scalar gates (e.g. Mllama's tanh gates) get a clear opening, tanh(0.5..1) ~ 0.46..0.76:
-    with ``0.02 * randn`` they would pass ~1% of the image's contribution."""
-    generator = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.numel() and not parameter.any():
-                if parameter.numel() == 1:
-                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
-                else:
-                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
-                parameter.copy_(value.to(parameter.dtype))
+def tiny_model(model_class: type | str, config, seed: int, dtype: torch.dtype) -> torch.nn.Module:
+    """A random model of ``model_class`` (a class or a ``transformers`` class name) in eval mode.
+    The same seed gives the same weights to any class with the same module structure (original and
+    zoo class); every all-zero parameter is woken so no path is dead."""
+    model_class = resolve(model_class)
+    torch.manual_seed(seed)
+    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
+    wake_zero_parameters(model, seed)
+    return model.to(dtype).eval()
 
 
 def pair(size: int | Sequence[int]) -> tuple[int, int]:

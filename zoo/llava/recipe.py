@@ -29,9 +29,8 @@ from patcher.samples import register_multimodal_sample, text_sample
 
 from .._samples import check_counts as _check_counts
 from .._samples import image_sizes as _image_sizes
-from .._samples import resolve as _resolve
+from .._samples import tiny_model as _tiny_model
 from .._samples import token_rows as _token_rows
-from .._samples import wake_zero_parameters as _wake_zero_parameters
 
 MODEL_TYPE = "llava"
 MODEL_CLASS = "LlavaForConditionalGeneration"
@@ -95,12 +94,7 @@ def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: t
     """A tiny random model in eval mode: ``LlavaForConditionalGeneration`` unless ``model_class``
     (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
     to any class with the same module structure."""
-    model_class = _resolve(model_class or MODEL_CLASS)
-    config = tiny_config(**overrides)
-    torch.manual_seed(seed)
-    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
-    _wake_zero_parameters(model, seed)
-    return model.to(dtype).eval()
+    return _tiny_model(model_class or MODEL_CLASS, tiny_config(**overrides), seed, dtype)
 
 
 def image_token_count(config: LlavaConfig) -> int:

@@ -40,8 +40,7 @@ from transformers import Qwen2VLConfig
 from patcher.samples import register_multimodal_sample
 
 from .. import _qwen_vl_samples as _qwen_vl
-from .._samples import resolve as _resolve
-from .._samples import wake_zero_parameters as _wake_zero_parameters
+from .._samples import tiny_model as _tiny_model
 
 MODEL_TYPE = "qwen2_vl"
 MODEL_CLASS = "Qwen2VLForConditionalGeneration"
@@ -105,12 +104,7 @@ def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: t
     """A tiny random model in eval mode: ``Qwen2VLForConditionalGeneration`` unless ``model_class``
     (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
     to any class with the same module structure."""
-    model_class = _resolve(model_class or MODEL_CLASS)
-    config = tiny_config(**overrides)
-    torch.manual_seed(seed)
-    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
-    _wake_zero_parameters(model, seed)
-    return model.to(dtype).eval()
+    return _tiny_model(model_class or MODEL_CLASS, tiny_config(**overrides), seed, dtype)
 
 
 # The sample layout is the Qwen VL family's (zoo/_qwen_vl_samples.py), registered for this model type.
