@@ -15,7 +15,7 @@ from .naming import Namer
 from .positions import positions_of
 from .records import Blocker, Rewrite
 from .shapes import is_shape_expr
-from .taint import CLEAN, Taint
+from .taint import Taint
 from .targets import TargetIndex
 from .walk import descendants
 
@@ -195,10 +195,7 @@ class StatementContext:
         origin = f"{self.state.origin(lines[0])} ({self.fctx.qualname})"
         taint = self.taint
 
-        def rebind(n: str) -> bool:  # in-place writes into containers need no rebinding
-            return taint.names.get(n, CLEAN) != CLEAN and n not in taint.containers
-
-        h = hoist_mod.hoist(list(stmts), name=name, local_names=self.fctx.local_names, rebind=rebind,
+        h = hoist_mod.hoist(list(stmts), name=name, local_names=self.fctx.local_names,
                             defined_before=defined_before, origin=origin, maybe_unbound=maybe_unbound,
                             comment=f"# TRACING({code}): {reason} -> {name}")
         self.state.add_function(h.function)

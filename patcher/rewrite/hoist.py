@@ -61,7 +61,6 @@ def hoist(
     defined_before: set[str],
     origin: str,
     comment: str,
-    rebind=lambda name: True,
     maybe_unbound: set[str] = frozenset(),
 ) -> Hoisted:
     """Build the wrapped function `name` running `stmts`, and the statement(s) calling it.
@@ -76,7 +75,9 @@ def hoist(
     """
     use = name_use(*stmts)
     writes = [w for w in use.ordered_writes() if w in local_names]
-    mutated = [m for m in dict.fromkeys(use.mutated) if m in local_names and m != "self" and rebind(m)]
+    # A local mutated in place is returned and rebound like an assigned one: while tracing the
+    # wrapped function does not run, so the caller's own object would never see the change.
+    mutated = [m for m in dict.fromkeys(use.mutated) if m in local_names and m != "self"]
     returns = list(dict.fromkeys(writes + mutated))
     bound_inside = set(writes)
     # Possibly unbound at the call site and not needed by the statements: reading them there

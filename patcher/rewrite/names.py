@@ -14,12 +14,24 @@ from .walk import children
 
 _COMPS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
+#: Methods that change a list, dict or set in place. Code moved into a wrapped function that calls
+#: one on a local must hand the container back: while tracing, the wrapper does not run, so the
+#: caller's container would stay as it was and later Python tests on it would be decided wrongly.
+#: `add` and `sort` are left out: on tensors (far more common in modeling code) they return a
+#: new tensor, and `set.add` on a local set inside moved code is rare.
+MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "reverse",  # list
+    "update", "setdefault", "popitem",  # dict
+    "discard", "difference_update", "intersection_update", "symmetric_difference_update",  # set
+})
+
 
 @dataclass
 class NameUse:
     reads: list[str] = field(default_factory=list)  # first-appearance order, may repeat
     writes: list[str] = field(default_factory=list)  # names (re)bound
-    mutated: list[str] = field(default_factory=list)  # bases of `x[i] = ...` / `x.a = ...`
+    # bases of `x[i] = ...`, `x.a = ...`, `del x[i]`, `x[i] += ...` and `x.append(...)`-like calls
+    mutated: list[str] = field(default_factory=list)
     write_nodes: list[cst.Name] = field(default_factory=list)
     control: list[str] = field(default_factory=list)  # return/yield/await/break/continue/global/...
 
@@ -162,6 +174,13 @@ class _Collector:
         elif t in (cst.Global, cst.Nonlocal):
             self.use.control.append(t.__name__.lower())
         elif t is cst.Call:
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in MUTATING_METHODS:
+                base = func.value
+                while isinstance(base, (cst.Subscript, cst.Attribute)):
+                    base = base.value
+                if isinstance(base, cst.Name):
+                    self.use.mutated.append(base.value)
             # zero-argument super() needs the method's __class__ cell, which a hoisted copy lacks.
             if isinstance(node.func, cst.Name) and node.func.value == "super" and not node.args:
                 self.use.control.append("super()")
