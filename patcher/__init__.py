@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 from .partition import Subgraph, partition_graph, run_subgraphs, trace_subgraphs
 from .trace import (
     DEFAULT_IGNORE,
+    DroppedInputError,
     MissingTargetsError,
     SampleInputError,
     StateChangeError,
@@ -35,6 +36,7 @@ def __getattr__(name):
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "DroppedInputError",
     "MissingTargetsError",
     "SampleInputError",
     "StateChangeError",

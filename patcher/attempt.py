@@ -11,7 +11,7 @@ from torch import nn
 
 from .models import build_model, load_config, resolve_model_class
 from .partition import Subgraph, trace_subgraphs
-from .samples import sample_input
+from .samples import is_vision_language, sample_input, text_only_note
 from .trace import DEFAULT_IGNORE, TracingError
 
 
@@ -129,6 +129,7 @@ def attempt_trace(
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
     extra_ignore: Iterable[str] = (),
+    unused_inputs: Iterable[str] = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
@@ -149,7 +150,7 @@ def attempt_trace(
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     start = time.perf_counter()
     try:
-        subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph)
+        subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {cls.__name__}:", file=out)
@@ -162,4 +163,6 @@ def attempt_trace(
     print(format_partition(subgraphs), file=out)
     print(f"(traced in {elapsed:.2f} s)", file=out)
     print(f"Successfully traced model into {len(subgraphs)} subgraphs!", file=out)
+    if not multimodal_data and is_vision_language(setup.config):
+        print(text_only_note(setup.config), file=out)
     return subgraphs

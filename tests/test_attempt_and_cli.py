@@ -99,3 +99,25 @@ def test_unknown_config_name_without_org_is_refused_at_once_with_a_suggestion(mo
     monkeypatch.setattr(models.AutoConfig, "from_pretrained", no_hub)
     with pytest.raises(ValueError, match=r"did you mean 'Qwen2-VL-2B-Instruct'\?.*save the model's config.json as"):
         models.load_config("Qwen2-VL-2B-Instruc")
+
+
+def test_text_only_trace_of_a_vision_language_model_says_the_image_path_was_not_traced():
+    out = io.StringIO()
+    assert attempt_trace("llava-1.5-7b-hf", "LlavaForConditionalGeneration", out=out) is not None
+    text = out.getvalue()
+    assert "Successfully traced model into 33 subgraphs!" in text
+    assert "image path (vision tower, projector, image-token merge) was not traced" in text
+    assert "--multimodal" in text
+    out = io.StringIO()
+    attempt_trace("llava-1.5-7b-hf", "LlavaForConditionalGeneration", multimodal_data=True, out=out)
+    assert "was not traced" not in out.getvalue()
+    out = io.StringIO()
+    attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM", out=out)
+    assert "was not traced" not in out.getvalue()
+
+
+def test_cli_unused_input_that_the_model_uses_is_refused():
+    result = run_cli("trace", "LlamaForCausalLM", "Meta-Llama-3-8B", "--unused-input", "input_ids")
+    assert result.returncode == 1, result.stderr
+    assert "remove it from unused_inputs" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr

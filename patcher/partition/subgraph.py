@@ -62,8 +62,12 @@ def trace_subgraphs(
     sequential_targets: Iterable[str] | str,
     ignore: Iterable[str] = DEFAULT_IGNORE,
     targets_per_subgraph: int = 1,
+    unused_inputs: Iterable[str] = (),
 ) -> list[Subgraph]:
     """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
+
+    ``unused_inputs`` names sample inputs the model does not read (see :func:`trace_graph`):
+    any other sample tensor that does not reach the output is an error, never a silent drop.
 
     Example (a tiny Llama built from its config)::
 
@@ -83,7 +87,7 @@ def trace_subgraphs(
     """
     if targets_per_subgraph < 1:
         raise ValueError(f"targets_per_subgraph must be >= 1, got {targets_per_subgraph}")
-    traced = trace_graph(model, sample_input, sequential_targets, ignore)
+    traced = trace_graph(model, sample_input, sequential_targets, ignore, unused_inputs)
     with gc_paused():
         return partition_graph(traced, model, targets_per_subgraph)
 

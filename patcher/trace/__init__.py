@@ -9,10 +9,12 @@ from .errors import (
     TracingError,
     UntraceableCodeError,
 )
+from .liveness import DroppedInputError
 from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "DroppedInputError",
     "MissingTargetsError",
     "SampleInputError",
     "SequentialTracer",

@@ -23,6 +23,7 @@ from transformers.utils import ModelOutput
 
 from .diagnose import diagnose
 from .errors import MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, UntraceableCodeError
+from .liveness import check_inputs_reach_output, record_source
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .state import preserved_model_state
@@ -118,6 +119,7 @@ class SequentialTracer(fx.Tracer):
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        record_source(proxy.node)
         if kind == "call_function":
             return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
         return proxy
@@ -286,11 +288,15 @@ def trace_graph(
     sample_input: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
     ignore: Iterable[str] = DEFAULT_IGNORE,
+    unused_inputs: Iterable[str] = (),
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
 
+    Every tensor of ``sample_input`` must reach the graph's output, unless ``unused_inputs``
+    names it (an input the eager model does not read either).
+
     Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
-    line, construct and fix) or ``MissingTargetsError``.
+    line, construct and fix), ``MissingTargetsError`` or ``DroppedInputError``.
     """
     targets = resolve_targets(model, sequential_targets)
     ignore = list(ignore or ())
@@ -331,6 +337,7 @@ def trace_graph(
             leaf_changes,
         )
     _check_no_hidden_targets(graph, model, targets)
+    check_inputs_reach_output(graph, sample_input, model_name=type(model).__name__, unused_inputs=unused_inputs)
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
                        target_names=list(targets))
 
