@@ -20,16 +20,25 @@ from .trace import (
 )
 
 
+#: Exported on first use (``from patcher import load_traceable`` works): they pull in the
+#: rewriter, sample builders and config loading.
+LAZY_EXPORTS = ("attempt_trace", "load_traceable", "patch_file", "patch_source")
+
+
 def __getattr__(name):
     # attempt_trace pulls in sample builders and config loading; import it on first use.
     if name == "attempt_trace":
         from .attempt import attempt_trace
 
         return attempt_trace
-    if name in ("patch_source", "patch_file", "load_traceable"):
+    if name in ("patch_source", "patch_file"):
         from . import rewrite
 
         return getattr(rewrite, name)
+    if name == "load_traceable":
+        from .traceable import load_traceable
+
+        return load_traceable
     raise AttributeError(f"module 'patcher' has no attribute {name!r}")
 
 
@@ -43,7 +52,10 @@ __all__ = [
     "TracingError",
     "UntraceableCodeError",
     "attempt_trace",
+    "load_traceable",
     "partition_graph",
+    "patch_file",
+    "patch_source",
     "run_subgraphs",
     "trace_graph",
     "trace_subgraphs",
