@@ -8,7 +8,6 @@ from typing import Any, Iterable, Mapping
 from torch import fx, nn
 
 from ..trace.tracer import (
-    DEFAULT_IGNORE,
     ROOT_ATTRIBUTE,
     GraphRoot,
     TracedGraph,
@@ -60,10 +59,13 @@ def trace_subgraphs(
     model: nn.Module,
     sample_input: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] = DEFAULT_IGNORE,
+    ignore: Iterable[str] | str | None = None,
     targets_per_subgraph: int = 1,
 ) -> list[Subgraph]:
     """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
+
+    ``ignore=None`` (the default) means ``DEFAULT_IGNORE``, as everywhere in tracezoo; ``[]``
+    ignores nothing; a single string is one entry.
 
     Example (a tiny Llama built from its config)::
 

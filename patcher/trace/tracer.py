@@ -51,6 +51,16 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 )
 
 
+def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
+    """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,
+    and a single string is one entry (never split into characters)."""
+    if ignore is None:
+        return list(DEFAULT_IGNORE)
+    if isinstance(ignore, str):
+        return [ignore]
+    return list(ignore)
+
+
 class TracingProxy(fx.Proxy):
     """A proxy that also records in-place indexed assignment (``x[..., i] = y``)."""
 
@@ -285,15 +295,18 @@ def trace_graph(
     model: nn.Module,
     sample_input: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] = DEFAULT_IGNORE,
+    ignore: Iterable[str] | str | None = None,
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
+
+    ``ignore=None`` (the default) means :data:`DEFAULT_IGNORE`; pass ``[]`` to ignore nothing,
+    or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. A single string is one entry.
 
     Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
     line, construct and fix) or ``MissingTargetsError``.
     """
     targets = resolve_targets(model, sequential_targets)
-    ignore = list(ignore or ())
+    ignore = resolve_ignore(ignore)
     ignored_modules, _ = match_modules(model, parse_patterns(ignore))
     _check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
