@@ -10,11 +10,15 @@ __version__ = "0.1.0"
 from .partition import Subgraph, partition_graph, run_subgraphs, trace_subgraphs
 from .trace import (
     DEFAULT_IGNORE,
+    InputMismatchError,
+    MissingInputError,
     MissingTargetsError,
+    ModelMismatchError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
     TracingError,
+    TrainingModeError,
     UntraceableCodeError,
     trace_graph,
 )
@@ -44,12 +48,16 @@ def __getattr__(name):
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "InputMismatchError",
+    "MissingInputError",
     "MissingTargetsError",
+    "ModelMismatchError",
     "SampleInputError",
     "StateChangeError",
     "Subgraph",
     "TargetMatchError",
     "TracingError",
+    "TrainingModeError",
     "UntraceableCodeError",
     "attempt_trace",
     "load_traceable",

@@ -2,24 +2,32 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    InputMismatchError,
+    MissingInputError,
     MissingTargetsError,
+    ModelMismatchError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
     TracingError,
+    TrainingModeError,
     UntraceableCodeError,
 )
 from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "InputMismatchError",
+    "MissingInputError",
     "MissingTargetsError",
+    "ModelMismatchError",
     "SampleInputError",
     "SequentialTracer",
     "StateChangeError",
     "TargetMatchError",
     "TracedGraph",
     "TracingError",
+    "TrainingModeError",
     "UntraceableCodeError",
     "UntraceableConstruct",
     "diagnose",
