@@ -473,6 +473,7 @@ def trace_graph(
             leaf_changes,
         )
     _check_no_hidden_targets(graph, model, targets)
+    _check_requested_outputs(graph, model, fixed)
     record = TraceRecord(
         model_class=original_class.__name__,
         tensor_inputs=tuple(placeholders),
@@ -485,6 +486,26 @@ def trace_graph(
     )
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
                        target_names=list(targets), record=record)
+
+
+#: Flags asking for extra outputs -> the output they fill.
+REQUESTED_OUTPUTS = {"output_attentions": "attentions", "output_router_logits": "router_logits"}
+
+
+def _check_requested_outputs(graph: fx.Graph, model: nn.Module, fixed: Mapping[str, Any]) -> None:
+    """A flag set to True whose output the graph leaves empty: transformers collects these with
+    hooks of a decorator the trace does not run, so the graph would return nothing for them."""
+    output = next(iter(graph.find_nodes(op="output")), None)
+    result = output.args[0] if output is not None and output.args else None
+    if not isinstance(result, dict):
+        return
+    for flag, key in REQUESTED_OUTPUTS.items():
+        if fixed.get(flag) is True and key in result and result[key] in (None, ()):
+            raise SampleInputError(
+                f"sample input {flag}=True is not supported for {type(model).__name__}: the traced graph returns "
+                f"no {key} (transformers collects them with hooks the trace does not run), so {key!r} would be "
+                f"empty. Trace without {flag}, and record {key} with hooks on the modules if you need them."
+            )
 
 
 def _omitting_means(signature: inspect.Signature, key: str, value: Any) -> bool:

@@ -76,3 +76,10 @@ def test_use_cache_true_is_refused_because_the_traced_cache_would_be_shared_by_e
     with pytest.raises(SampleInputError, match=r"use_cache=True is not supported.*shared and grown by every run.*"
                                                r"use_cache=False"):
         trace_subgraphs(model, {**sample, "use_cache": True}, TARGETS)
+
+
+def test_output_attentions_true_is_refused_while_the_graph_returns_no_attentions(llama):
+    model, sample = llama
+    # the graph used to return an empty tuple of attentions without a word
+    with pytest.raises(SampleInputError, match=r"output_attentions=True is not supported.*returns no attentions"):
+        trace_subgraphs(model, {**sample, "output_attentions": True}, TARGETS)
