@@ -426,8 +426,16 @@ def trace_graph(
     ``ignore=None`` (the default) means :data:`DEFAULT_IGNORE`; pass ``[]`` to ignore nothing,
     or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. A single string is one entry.
 
-    Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
-    line, construct and fix) or ``MissingTargetsError``.
+    Sample tensors (and other objects) become the graph's inputs; ``None`` and Python scalars
+    (bools, ints, floats, strings) are constants of the trace, since the model decides Python
+    control flow on them. The result records the inputs, constants, train/eval mode and
+    structure it was traced with, and refuses runs that do not fit (see
+    :class:`~patcher.trace.runtime.TraceRecord`). Trace in the mode you will run in.
+
+    Raises ``TargetMatchError``, ``SampleInputError`` (also for a sample key the model does not
+    take, a flag given as a tensor, ``use_cache=True``), ``TrainingModeError`` (train mode with
+    layerdrop), ``UntraceableCodeError`` (naming file, line, construct and fix) or
+    ``MissingTargetsError``.
     """
     targets = resolve_targets(model, sequential_targets)
     ignore = resolve_ignore(ignore)

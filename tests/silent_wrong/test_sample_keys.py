@@ -40,3 +40,12 @@ def test_position_ids_still_trace(llama):
     with torch.no_grad():
         torch.testing.assert_close(run_subgraphs(model, subgraphs, with_positions)["logits"],
                                    model(**with_positions).logits)
+
+
+def test_the_coverage_sweep_gives_decoder_only_heads_no_decoder_input_ids(tmp_path):
+    from patcher.coverage import check_architecture
+
+    # PegasusForCausalLM's config says is_encoder_decoder; its forward takes **kwargs, so the sweep's
+    # decoder_input_ids used to be traced as an input nothing read (now refused as unknown)
+    row = check_architecture("PegasusForCausalLM", cache_dir=tmp_path)
+    assert row.text.traced and row.text.equal, (row.text.stage, row.text.error)
