@@ -128,10 +128,12 @@ class TraceRecord:
 
     def _unknown_error(self, unknown: list[str], where: str) -> InputMismatchError:
         taken = ", ".join(sorted(self.tensor_inputs)) or "(none)"
+        one = len(unknown) == 1
+        it = "it" if one else "them"
         return InputMismatchError(
-            f"{where}: input(s) {', '.join(map(repr, unknown))} given, but the graph was traced without "
-            f"them and would ignore them (a silent wrong result); trace with a sample that has "
-            f"{'it' if len(unknown) == 1 else 'them'}. The graph takes: {taken}"
+            f"{where}: input{'' if one else 's'} {', '.join(map(repr, unknown))} given, but the graph was traced "
+            f"without {it} and would ignore {it} (a silent wrong result); trace with a sample that has {it}. "
+            f"The graph takes: {taken}"
         )
 
     def check_subgraph_inputs(self, index: int, input_names: list[str], handed: frozenset[str],
@@ -250,4 +252,5 @@ def _tensor(model: nn.Module, path: str) -> torch.Tensor | None:
 
 def mode_exceptions(model: nn.Module) -> frozenset[str]:
     """Names of the modules whose mode differs from the root's."""
-    return frozenset(name for name, module in model.named_modules() if module.training != model.training)
+    return frozenset(name for name, module in model.named_modules(remove_duplicate=False)
+                     if module.training != model.training)
