@@ -96,14 +96,15 @@ def prepare_trace(
     model_class: str | type,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | None = None,
-    extra_ignore: Iterable[str] = (),
+    ignore: Iterable[str] | str | None = None,
+    extra_ignore: Iterable[str] | str = (),
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
 
     ``ignore=None`` means ``DEFAULT_IGNORE``, plus the zoo recipe's additions when the recipe's
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
-    targets chosen inside a vision tower). ``extra_ignore`` is added either way.
+    targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
+    way. A single string (targets, ignore, extra_ignore) is one entry.
     """
     cls = resolve_model_class(model_class)
     config = load_config(model_id)
@@ -115,6 +116,10 @@ def prepare_trace(
         spec = zoo_recipe(model)
         with_recipe = spec is not None and not sequential_targets
         ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if with_recipe else [])
+    if isinstance(ignore, str):
+        ignore = [ignore]
+    if isinstance(extra_ignore, str):
+        extra_ignore = [extra_ignore]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample = sample_input(config, multimodal=multimodal_data, device="meta")
     return TraceSetup(cls, config, model, sample, targets, ignore)
@@ -125,10 +130,10 @@ def attempt_trace(
     model_class: str | type,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | None = None,
+    ignore: Iterable[str] | str | None = None,
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
-    extra_ignore: Iterable[str] = (),
+    extra_ignore: Iterable[str] | str = (),
     unused_inputs: Iterable[str] = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.

@@ -264,6 +264,11 @@ def check_architecture(
     for attempt in attempts:
         try:
             samples[attempt.mode] = _samples(config, attempt.mode, seed)
+            if not _accepts(original, "decoder_input_ids"):
+                # decoder-only heads of encoder-decoder configs (PegasusForCausalLM) take **kwargs:
+                # decoder_input_ids would be an input nothing reads, refused by the tracer
+                for sample in samples[attempt.mode]:
+                    sample.pop("decoder_input_ids", None)
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, "sample", exc, _Generated(), original_file)
             continue

@@ -2,11 +2,15 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    InputMismatchError,
+    MissingInputError,
     MissingTargetsError,
+    ModelMismatchError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
     TracingError,
+    TrainingModeError,
     UntraceableCodeError,
 )
 from .liveness import DroppedInputError
@@ -15,13 +19,17 @@ from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 __all__ = [
     "DEFAULT_IGNORE",
     "DroppedInputError",
+    "InputMismatchError",
+    "MissingInputError",
     "MissingTargetsError",
+    "ModelMismatchError",
     "SampleInputError",
     "SequentialTracer",
     "StateChangeError",
     "TargetMatchError",
     "TracedGraph",
     "TracingError",
+    "TrainingModeError",
     "UntraceableCodeError",
     "UntraceableConstruct",
     "diagnose",
