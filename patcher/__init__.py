@@ -10,7 +10,9 @@ __version__ = "0.1.0"
 from .partition import Subgraph, partition_graph, run_subgraphs, trace_subgraphs
 from .trace import (
     DEFAULT_IGNORE,
+    HookError,
     MissingTargetsError,
+    OutputCaptureError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
@@ -35,7 +37,9 @@ def __getattr__(name):
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "HookError",
     "MissingTargetsError",
+    "OutputCaptureError",
     "SampleInputError",
     "StateChangeError",
     "Subgraph",

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import fx, nn
 
+from ..trace.hooks import check_run_time
 from ..trace.tracer import (
     DEFAULT_IGNORE,
     ROOT_ATTRIBUTE,
@@ -35,10 +36,15 @@ class Subgraph:
     targets: list[str]
     modules: list[str]
     constants: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    traced_through: list[str] = field(default_factory=list)  # inlined modules: see TracedGraph
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs) -> dict[str, Any]:
-        """Run this subgraph against ``model``'s real modules; return ``{name: value}``."""
+        """Run this subgraph against ``model``'s real modules; return ``{name: value}``.
+
+        Raises ``HookError`` when a module the tracer walked through got a hook after tracing:
+        the graph inlined that module, so the hook would never run."""
+        check_run_time(model, self.traced_through)
         if self._forward is None:
             self._forward = compile_graph(self.graph)
         missing = [name for name in self.input_names if name not in inputs]
@@ -182,6 +188,7 @@ def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, tr
         targets=[str(node.target) for node in calls if node.target in target_names],
         modules=modules,
         constants=traced.constants,
+        traced_through=traced.traced_through,
     )
 
 

@@ -2,7 +2,9 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    HookError,
     MissingTargetsError,
+    OutputCaptureError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
@@ -13,6 +15,8 @@ from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "HookError",
+    "OutputCaptureError",
     "MissingTargetsError",
     "SampleInputError",
     "SequentialTracer",

@@ -22,7 +22,9 @@ from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from .diagnose import diagnose
-from .errors import MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, UntraceableCodeError
+from .errors import (MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, TracingError,
+                     UntraceableCodeError)
+from .hooks import check_leaf_output_capture, check_no_global_hooks, check_run_time, check_traced_through
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .state import preserved_model_state
@@ -69,6 +71,7 @@ class SequentialTracer(fx.Tracer):
         self.constants: dict[str, Any] = {}
         self.module_path_stack: list[str] = []
         self.failed_module_path: str | None = None
+        self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
@@ -85,6 +88,11 @@ class SequentialTracer(fx.Tracer):
 
     def call_module(self, module, forward, args, kwargs):
         name = self.path_of_module(module)
+        if module in self.traced_modules:
+            check_traced_through(name, module)  # its hooks would be baked into the graph
+            self.traced_through.setdefault(name)
+        else:
+            check_leaf_output_capture(name, module)  # capture hooks on/in a leaf never fire
         self.module_path_stack.append(name)
         try:
             return super().call_module(module, forward, args, kwargs)
@@ -167,16 +175,20 @@ class TracedGraph:
     """A whole-model fx graph plus what it needs at run time.
 
     ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
-    any hooks on them) are the ones called.
+    any hooks on them) are the ones called. Modules the tracer walked through (``traced_through``,
+    "" for the root) are inlined, not called: a hook added to one of them after tracing would never
+    run, so ``forward`` raises ``HookError`` instead.
     """
 
     graph: fx.Graph
     input_names: list[str]
     constants: dict[str, Any]
     target_names: list[str] = field(default_factory=list)
+    traced_through: list[str] = field(default_factory=list)
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs):
+        check_run_time(model, self.traced_through)
         if self._forward is None:
             self._forward = compile_graph(self.graph)
         return self._forward(GraphRoot(model, self.constants), *[inputs.get(name) for name in self.input_names])
@@ -290,7 +302,10 @@ def trace_graph(
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
 
     Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
-    line, construct and fix) or ``MissingTargetsError``.
+    line, construct and fix), ``MissingTargetsError``, ``HookError`` (a user hook on the root or
+    on a module traced through, or a global module hook: the graph cannot honour it) or
+    ``OutputCaptureError`` (``output_hidden_states``/``output_attentions`` collected by hooks
+    inside modules the graph calls as a whole: the graph would return empty tuples).
     """
     targets = resolve_targets(model, sequential_targets)
     ignore = list(ignore or ())
@@ -304,12 +319,19 @@ def trace_graph(
     _validate_sample(model, signature, sample_input)
     placeholders = [key for key, value in sample_input.items() if value is not None]
     fixed = {key: None for key, value in sample_input.items() if value is None}
+    # output_hidden_states/output_attentions=True/False choose what the graph returns: decided while
+    # tracing (a placeholder would be a proxy that transformers' `if` cannot decide).
+    flags = {key: value for key, value in sample_input.items() if key.startswith("output_") and isinstance(value, bool)}
+    fixed.update(flags)
+    placeholders = [key for key in placeholders if key not in flags]
     for flag, value in (("use_cache", False), ("return_dict", True)):
         if flag in signature.parameters and flag not in sample_input:
             fixed[flag] = value
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
     tracer = SequentialTracer(model, traced_modules, set(targets))
+    check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
+    check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
@@ -332,7 +354,7 @@ def trace_graph(
         )
     _check_no_hidden_targets(graph, model, targets)
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
-                       target_names=list(targets))
+                       target_names=list(targets), traced_through=["", *tracer.traced_through])
 
 
 @contextlib.contextmanager
@@ -361,7 +383,7 @@ def _swapped_class(model: nn.Module, cls: type):
 
 
 def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
-    if isinstance(exc, (SampleInputError, TargetMatchError)):
+    if isinstance(exc, TracingError):  # already says what to do (sample, targets, hooks)
         return exc
     module_path = tracer.failed_module_path or ""
     construct = diagnose(exc, module_path)
