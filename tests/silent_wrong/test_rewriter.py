@@ -71,3 +71,92 @@ def test_starred_shape_target_stays_a_list(tmp_path):
         for got_tensor, got_square in (patched(x), traced(x)):
             torch.testing.assert_close(got_tensor, want_tensor)
             assert got_square == want_square
+
+
+# -- load_traceable on a user's own script ---------------------------------------------------------
+
+SCRIPT = '''
+import json
+import sys
+
+import torch
+
+from patcher import trace_graph
+from patcher.traceable import load_traceable
+
+print("TOP LEVEL RUN")
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        if x.shape[1] != 3:
+            x = x[:, :3]
+        return self.proj(x)
+
+
+# Unguarded, as in a quick script: the generated module must not run this again.
+Traceable = load_traceable(Tiny, cache_dir=sys.argv[1])
+
+torch.manual_seed(0)
+original = Tiny().eval()
+model = Traceable().eval()
+model.load_state_dict(original.state_dict())
+try:
+    trace_graph(original, {"x": torch.randn(2, 5)}, "re:proj")
+    original_traces = True
+except Exception:
+    original_traces = False
+graph = trace_graph(model, {"x": torch.randn(2, 5)}, "re:proj")
+x = torch.randn(3, 3)
+torch.testing.assert_close(graph(model, x=x)["output"], original(x))
+print(json.dumps({"module": Traceable.__module__, "original_traces": original_traces,
+                  "rules": sorted({r.code for r in Traceable.__tracezoo_patch__.rewrites})}))
+'''
+
+
+def test_load_traceable_on_a_script_patches_once(tmp_path):
+    # Used to run the script's top level again on import of the generated module, which called
+    # load_traceable on the generated class, ... 17 nested cache files, then OSError: File name too long.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "my_script_with_a_rather_long_name_for_a_model_definition_file.py"
+    script.write_text(SCRIPT)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run([sys.executable, str(script), str(cache)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("TOP LEVEL RUN") == 1
+    files = list(cache.iterdir())
+    assert len(files) == 1 and len(files[0].name) <= 60, files
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["module"].startswith("_tracezoo_generated_") and not report["original_traces"]
+    assert "TZ105" in report["rules"]
+
+
+def test_load_traceable_refuses_a_class_it_cannot_regenerate():
+    import pytest
+
+    from patcher.traceable import TraceableLoadError, load_traceable
+
+    def make():
+        class Local(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        return Local
+
+    with pytest.raises(TraceableLoadError, match="top level"):
+        load_traceable(make())
+    exec_namespace: dict = {"torch": torch, "__name__": "tz_no_file_module"}
+    exec("class NoFile(torch.nn.Module):\n    def forward(self, x):\n        return x\n", exec_namespace)
+    with pytest.raises(TraceableLoadError, match="source file"):
+        load_traceable(exec_namespace["NoFile"])
