@@ -9,6 +9,7 @@ from torch import fx, nn
 
 from ..trace.errors import MissingInputError
 from ..trace.runtime import TraceRecord
+from ..trace.hooks import check_run_time
 from ..trace.tracer import (
     ROOT_ATTRIBUTE,
     GraphRoot,
@@ -48,10 +49,15 @@ class Subgraph:
     mode_names: tuple[str, ...] = field(default=(), repr=False)
     #: every value name the chain reads or writes (shared by the subgraphs of one partition)
     handed_names: frozenset[str] = field(default=frozenset(), repr=False)
+    traced_through: list[str] = field(default_factory=list)  # inlined modules: see TracedGraph
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs) -> dict[str, Any]:
-        """Run this subgraph against ``model``'s real modules; return ``{name: value}``."""
+        """Run this subgraph against ``model``'s real modules; return ``{name: value}``.
+
+        Raises ``HookError`` when a module the tracer walked through got a hook after tracing:
+        the graph inlined that module, so the hook would never run."""
+        check_run_time(model, self.traced_through)
         if self.record is not None:
             self.record.check_subgraph_inputs(self.index, self.input_names, self.handed_names, inputs)
             self.record.check_model(model, self.mode_names, f"subgraph {self.index}")
@@ -231,6 +237,7 @@ def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, tr
         targets=[str(node.target) for node in calls if node.target in target_names],
         modules=modules,
         constants=traced.constants,
+        traced_through=traced.traced_through,
     )
 
 
@@ -260,6 +267,7 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     if record is not None:
         record.check_model_inputs(inputs, "run_subgraphs")
         record.check_structure(model, "run_subgraphs")
+        check_run_time(model, subgraphs[0].traced_through)  # hooks the chain could not honour
         inputs = {name: value for name, value in inputs.items() if name not in record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}

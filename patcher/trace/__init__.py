@@ -2,10 +2,12 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    HookError,
     InputMismatchError,
     MissingInputError,
     MissingTargetsError,
     ModelMismatchError,
+    OutputCaptureError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
@@ -19,8 +21,10 @@ from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 __all__ = [
     "DEFAULT_IGNORE",
     "DroppedInputError",
+    "HookError",
     "InputMismatchError",
     "MissingInputError",
+    "OutputCaptureError",
     "MissingTargetsError",
     "ModelMismatchError",
     "SampleInputError",

@@ -71,3 +71,24 @@ class ModelMismatchError(TracingError, ValueError):
 class TrainingModeError(ModelMismatchError):
     """The model is in another mode (``train()``/``eval()``) than the graph was traced in, or was
     traced in train mode with layerdrop, which bakes the layers that ran while tracing."""
+
+
+class HookError(TracingError):
+    """A module hook the graph cannot honour: on a module the tracer walks through (or the root),
+    where it would be baked into the graph while tracing or never run afterwards; or a global
+    module hook. ``module`` is the module's path ("" for the root or global hooks)."""
+
+    def __init__(self, message: str, module: str, hooks: list[str]):
+        super().__init__(message)
+        self.module = module
+        self.hooks = hooks
+
+
+class OutputCaptureError(TracingError):
+    """``output_hidden_states``/``output_attentions`` (``key``) are collected by transformers'
+    hooks on a module the graph calls as a whole: the graph would return an empty tuple."""
+
+    def __init__(self, message: str, key: str, module: str):
+        super().__init__(message)
+        self.key = key
+        self.module = module

@@ -28,10 +28,12 @@ from .errors import (
     SampleInputError,
     StateChangeError,
     TargetMatchError,
+    TracingError,
     TrainingModeError,
     UntraceableCodeError,
 )
 from .liveness import check_inputs_reach_output, record_source
+from .hooks import check_leaf_output_capture, check_no_global_hooks, check_run_time, check_traced_through
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
@@ -89,6 +91,7 @@ class SequentialTracer(fx.Tracer):
         self.constants: dict[str, Any] = {}
         self.module_path_stack: list[str] = []
         self.failed_module_path: str | None = None
+        self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
@@ -105,6 +108,11 @@ class SequentialTracer(fx.Tracer):
 
     def call_module(self, module, forward, args, kwargs):
         name = self.path_of_module(module)
+        if module in self.traced_modules:
+            check_traced_through(name, module)  # its hooks would be baked into the graph
+            self.traced_through.setdefault(name)
+        else:
+            check_leaf_output_capture(name, module)  # capture hooks on/in a leaf never fire
         self.module_path_stack.append(name)
         try:
             return super().call_module(module, forward, args, kwargs)
@@ -192,6 +200,9 @@ class TracedGraph:
     :class:`~patcher.trace.runtime.TraceRecord`): an input the graph was not traced with, a
     missing one, a constant of the trace with another value, another train/eval mode or a model
     of another structure raise instead of computing something else.
+    Modules the tracer walked through (``traced_through``,
+    "" for the root) are inlined, not called: a hook added to one of them after tracing would never
+    run, so ``forward`` raises ``HookError`` instead.
     """
 
     graph: fx.Graph
@@ -199,9 +210,11 @@ class TracedGraph:
     constants: dict[str, Any]
     target_names: list[str] = field(default_factory=list)
     record: TraceRecord | None = field(default=None, repr=False)
+    traced_through: list[str] = field(default_factory=list)
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs):
+        check_run_time(model, self.traced_through)
         if self.record is not None:
             self.record.check_model_inputs(inputs, "TracedGraph.forward")
             self.record.check_model(model, None, "TracedGraph.forward")
@@ -441,7 +454,10 @@ def trace_graph(
     Raises ``TargetMatchError``, ``SampleInputError`` (also for a sample key the model does not
     take, a flag given as a tensor, ``use_cache=True``), ``TrainingModeError`` (train mode with
     layerdrop), ``UntraceableCodeError`` (naming file, line, construct and fix) or
-    ``MissingTargetsError`` or ``DroppedInputError`` (a sample tensor that never reaches the output).
+    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output),
+    ``HookError`` (a user hook on the root or on a module traced through, or a global module hook:
+    the graph cannot honour it) or ``OutputCaptureError`` (``output_hidden_states``/``output_attentions``
+    collected by hooks inside modules the graph calls as a whole: the graph would return empty tuples).
     """
     targets = resolve_targets(model, sequential_targets)
     ignore = resolve_ignore(ignore)
@@ -466,6 +482,8 @@ def trace_graph(
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
     tracer = SequentialTracer(model, traced_modules, set(targets))
+    check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
+    check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
@@ -500,11 +518,13 @@ def trace_graph(
         tensor_shapes=_tensor_shapes(graph, model, tracer),
     )
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
-                       target_names=list(targets), record=record)
+                       target_names=list(targets), record=record,
+                       traced_through=["", *tracer.traced_through])
 
 
-#: Flags asking for extra outputs -> the output they fill.
-REQUESTED_OUTPUTS = {"output_attentions": "attentions", "output_router_logits": "router_logits"}
+#: Flags asking for extra outputs -> the output they fill (hidden states and attentions are
+#: checked before tracing, by ``hooks.check_leaf_output_capture``).
+REQUESTED_OUTPUTS = {"output_router_logits": "router_logits"}
 
 
 def _check_requested_outputs(graph: fx.Graph, model: nn.Module, fixed: Mapping[str, Any]) -> None:
@@ -575,7 +595,7 @@ def _swapped_class(model: nn.Module, cls: type):
 
 
 def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
-    if isinstance(exc, (SampleInputError, TargetMatchError, TrainingModeError)):
+    if isinstance(exc, TracingError):  # already says what to do (sample, targets, hooks)
         return exc
     module_path = tracer.failed_module_path or ""
     construct = diagnose(exc, module_path)

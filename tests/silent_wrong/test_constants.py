@@ -8,7 +8,7 @@ position 1, shape ``(B, V)``, instead of the last position's ``(B, 1, V)``.
 import pytest
 import torch
 
-from patcher import InputMismatchError, MissingInputError, SampleInputError, run_subgraphs, trace_subgraphs
+from patcher import InputMismatchError, MissingInputError, OutputCaptureError, SampleInputError, run_subgraphs, trace_subgraphs
 from patcher.samples import text_sample
 from tiny_models import tiny_model
 
@@ -81,5 +81,5 @@ def test_use_cache_true_is_refused_because_the_traced_cache_would_be_shared_by_e
 def test_output_attentions_true_is_refused_while_the_graph_returns_no_attentions(llama):
     model, sample = llama
     # the graph used to return an empty tuple of attentions without a word
-    with pytest.raises(SampleInputError, match=r"output_attentions=True is not supported.*returns no attentions"):
+    with pytest.raises(OutputCaptureError, match=r"output_attentions is requested.*empty `attentions` tuple"):
         trace_subgraphs(model, {**sample, "output_attentions": True}, TARGETS)
