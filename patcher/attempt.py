@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, TextIO
 
@@ -125,9 +126,29 @@ def prepare_trace(
     return TraceSetup(cls, config, model, sample, targets, ignore)
 
 
+def _is_model_class(value) -> bool:
+    if isinstance(value, type):
+        return True
+    try:
+        resolve_model_class(value)
+    except Exception:  # noqa: BLE001  (not a class name: a model id)
+        return False
+    return True
+
+
+def _in_cli_order(model_class, model_id):
+    """``(model_class, model_id)``, swapping the arguments of a call in the old order
+    (``attempt_trace(model_id, model_class)``) with a deprecation warning."""
+    if not _is_model_class(model_class) and _is_model_class(model_id):
+        warnings.warn("attempt_trace(model_id, model_class) is deprecated: pass the class first, as in "
+                      "`patcher trace MODEL_CLASS MODEL_ID`", DeprecationWarning, stacklevel=3)
+        return model_id, model_class
+    return model_class, model_id
+
+
 def attempt_trace(
-    model_id: str,
     model_class: str | type,
+    model_id: str,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str] | str | None = None,
     ignore: Iterable[str] | str | None = None,
@@ -138,17 +159,19 @@ def attempt_trace(
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
-    ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
+    The arguments come in the order of ``patcher trace MODEL_CLASS MODEL_ID``. The old order
+    (``model_id`` first) still works, with a ``DeprecationWarning``. ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
     (``Meta-Llama-3-8B``) or a hub id (where the network allows). Targets and ignores are
     resolved by :func:`prepare_trace`. Prints
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
-    >>> subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM")  # doctest: +ELLIPSIS
+    >>> subgraphs = attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B")  # doctest: +ELLIPSIS
     Tracing LlamaForCausalLM (Meta-Llama-3-8B) on the meta device, targets: LlamaDecoderLayer
     ...
     Successfully traced model into 33 subgraphs!
     """
+    model_class, model_id = _in_cli_order(model_class, model_id)
     out = out or sys.stdout
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore

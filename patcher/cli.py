@@ -72,8 +72,8 @@ def _run_trace(args) -> int:
 
     try:
         subgraphs = attempt_trace(
-            args.model_id,
             args.model_class,
+            args.model_id,
             multimodal_data=args.multimodal,
             sequential_targets=args.targets,
             ignore=[] if args.no_default_ignore else None,
