@@ -167,7 +167,26 @@ class _Shrinker:
         self._fix_groups(data)
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
+        self._fix_grid_pinpoints(original, data)
         return data
+
+    @staticmethod
+    def _fix_grid_pinpoints(original: dict, data: dict) -> None:
+        """LLaVA-NeXT's ``image_grid_pinpoints`` are resolutions in pixels, tiled by tiles of the
+        vision tower's ``image_size``: kept at the real 336-pixel scale over a 28-pixel tower, one image
+        became hundreds of tiles. Scaled by the same factor as the tower's image size."""
+        pinpoints = data.get("image_grid_pinpoints")
+        before = (original.get("vision_config") or {}).get("image_size")
+        after = (data.get("vision_config") or {}).get("image_size")
+        if not isinstance(pinpoints, list) or not isinstance(before, int) or not isinstance(after, int) \
+                or after >= before or not all(isinstance(point, list) and len(point) == 2 for point in pinpoints):
+            return
+        scaled = []
+        for height, width in pinpoints:
+            point = [max(1, round(height / before)) * after, max(1, round(width / before)) * after]
+            if point not in scaled:
+                scaled.append(point)
+        data["image_grid_pinpoints"] = scaled
 
     @staticmethod
     def _fix_pooled_image_tokens(data: dict) -> None:
