@@ -168,7 +168,22 @@ class _Shrinker:
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
         self._fix_grid_pinpoints(original, data)
+        self._fix_feature_layers(data)
         return data
+
+    @staticmethod
+    def _fix_feature_layers(data: dict) -> None:
+        """A list ``vision_feature_layer`` (VipLLaVA: ``[-2, -5, -8, -11, 6]``) indexes the vision tower's
+        hidden states (``layers + 1`` of them): with the tower cut to a few layers the indices would
+        run past them. Each is clamped into range; the list keeps its length (the projector is sized
+        by it)."""
+        vision = data.get("vision_config")
+        count = vision.get("num_hidden_layers") if isinstance(vision, dict) else None
+        for key in ("vision_feature_layer", "vision_feature_layers"):
+            layers = data.get(key)
+            if isinstance(layers, (list, tuple)) and isinstance(count, int) \
+                    and all(isinstance(index, int) for index in layers):
+                data[key] = [max(index, -(count + 1)) if index < 0 else min(index, count) for index in layers]
 
     @staticmethod
     def _fix_grid_pinpoints(original: dict, data: dict) -> None:

@@ -40,7 +40,10 @@ class ImageLayout:
     config_count: Callable[[Any, Size], int]
     other_size: Callable[[Any], Size | None] = lambda config: None
     markers: Callable[[Any], tuple[list[int], list[int]]] = lambda config: ([], [])
-    notes: str = ""
+    #: ``variants(config, pixels) -> [pixels, ...]``: other arrangements of the same pixels that
+    #: towers of the family take (patch shapes differ across the family); with a model at hand, the
+    #: first arrangement its ``get_image_features`` accepts is used.
+    variants: Callable[[Any, dict], list[dict]] = lambda config, pixels: []
     registered: list[str] = field(default_factory=list, compare=False)
 
 
@@ -108,7 +111,7 @@ def build_image_sample(
     total = batch_size * num_images
     pixels = layout.pixels(config, [size] * total, generator, dtype, accepted, batch_size)
     if model is not None:
-        count = features_per_image(model, pixels, total)
+        pixels, count = _first_accepted(model, [pixels, *layout.variants(config, pixels)], total)
     else:
         count = layout.config_count(config, size)
     token = image_token_id(config)
@@ -121,6 +124,18 @@ def build_image_sample(
             sample[name] = (input_ids == token).long()
     sample.update(pixels)
     return {name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in sample.items()}
+
+
+def _first_accepted(model, candidates: list[dict], total: int) -> tuple[dict, int]:
+    """The first pixel arrangement the model's vision path runs on, and its features per image; the
+    first arrangement's error when none runs."""
+    first_error = None
+    for pixels in candidates:
+        try:
+            return pixels, features_per_image(model, pixels, total)
+        except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
+            first_error = first_error or exc
+    raise first_error
 
 
 def register_layout(layout: ImageLayout) -> ImageLayout:

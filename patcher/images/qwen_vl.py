@@ -51,6 +51,19 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     return {"pixel_values": torch.randn(patches, patch_dim, generator=generator).to(dtype), "image_grid_thw": grids}
 
 
+def variants(config, pixels: dict) -> list[dict]:
+    """Other patch arrangements towers of this family take: one temporal frame or two (towers whose
+    config does not state ``temporal_patch_size``), patches as ``(C, p, p)`` images, or as one
+    batch ``(1, N, C, p, p)``."""
+    values = pixels["pixel_values"]
+    count, channels, patch = values.shape[0], num_channels(vision_config(config)), _patch(config)
+    image = values[:, : channels * patch * patch]
+    found = [{**pixels, "pixel_values": image}, {**pixels, "pixel_values": torch.cat([image, image], -1)},
+             {**pixels, "pixel_values": image.reshape(count, channels, patch, patch)},
+             {**pixels, "pixel_values": image.reshape(1, count, channels, patch, patch)}]
+    return [candidate for candidate in found if candidate["pixel_values"].shape != values.shape]
+
+
 def config_count(config, size) -> int:
     t, h, w = grid(config, size)
     return t * h * w // _merge(config) ** 2
@@ -70,4 +83,5 @@ LAYOUT = register_layout(ImageLayout(
                  "lfm3_vl", "minimax_m3_vl", "muse_glimmer", "muse_spark", "paddleocr_vl",
                  "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "video_llama_3"),
     pixels=pixels, default_size=default_size, other_size=other_size, config_count=config_count, markers=markers,
+    variants=variants,
 ))
