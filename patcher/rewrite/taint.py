@@ -88,6 +88,20 @@ def param_taint(param: cst.Param) -> int:
     return CLEAN
 
 
+_SEQUENCE_TYPES = frozenset({"list", "tuple", "List", "Tuple", "typing.List", "typing.Tuple"})
+
+
+def _sequence_check_of_traced(node: cst.Call, taint: "Taint") -> bool:
+    """``isinstance(x, (list, tuple))`` on a traced ``x``: while tracing ``x`` is one proxy, never a
+    list, so the check is always False there; when the graph runs, a wrapped helper may hand a real
+    list (Idefics' per-image feature list before ``torch.cat``). Such a check decides at run time."""
+    if len(node.args) != 2 or taint.of(node.args[0].value) != VALUE:
+        return False
+    kinds = node.args[1].value
+    names = [element.value for element in kinds.elements] if isinstance(kinds, (cst.Tuple, cst.List)) else [kinds]
+    return any(dotted(name) in _SEQUENCE_TYPES for name in names)
+
+
 _CONTAINER_CALLS = frozenset({"dict", "list", "tuple", "set", "defaultdict", "OrderedDict", "collections.defaultdict"})
 
 
@@ -166,6 +180,8 @@ class Taint:
                 return max(results, default=CLEAN)
             name = dotted(node.func)
             args = max((self.of(a.value) for a in node.args), default=CLEAN)
+            if name == "isinstance" and _sequence_check_of_traced(node, self):
+                return VALUE
             if name in CLEAN_CALLS:
                 return CLEAN
             if name == "len":
