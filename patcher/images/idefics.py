@@ -1,6 +1,6 @@
 """The Idefics family (Idefics2/3, SmolVLM, Granite-Docling): ``pixel_values (B, N, C, S, S)`` per
 text row, ``pixel_attention_mask (B, N, S, S)`` marking real pixels (all true here: the images are
-not padded)."""
+not padded), or ``(B, N)`` marking real tiles (Granite-Docling)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     return {"pixel_values": values, "pixel_attention_mask": torch.ones(rows, per_row, height, width, dtype=torch.bool)}
 
 
+def variants(config, pixels: dict) -> list[dict]:
+    """Granite-Docling marks real tiles, not real pixels: ``pixel_attention_mask (B, N)``."""
+    mask = pixels["pixel_attention_mask"]
+    return [{**pixels, "pixel_attention_mask": mask.flatten(2).any(-1)}]
+
+
 def config_count(config, size) -> int:
     """Idefics3 / SmolVLM: ``(S / patch)**2 / scale_factor**2`` after pixel shuffle; Idefics2: the
     perceiver's ``resampler_n_latents``."""
@@ -33,5 +39,5 @@ def config_count(config, size) -> int:
 LAYOUT = register_layout(ImageLayout(
     name="idefics",
     model_types=("idefics2", "idefics3", "smolvlm", "granite_docling"),
-    pixels=pixels, default_size=default_size, config_count=config_count,
+    pixels=pixels, default_size=default_size, config_count=config_count, variants=variants,
 ))

@@ -17,8 +17,9 @@ def _patch(config) -> int:
 
 
 def _merge(config) -> int:
-    return int(first_field(vision_config(config), ("spatial_merge_size", "merge_size"),
-                           first_field(config, ("spatial_merge_size",), 1)))
+    """Patches merged per side (``spatial_merge_size``; ``merge_size``; Kimi's ``merge_kernel_size``)."""
+    return side(first_field(vision_config(config), ("spatial_merge_size", "merge_size", "merge_kernel_size"),
+                            first_field(config, ("spatial_merge_size",), 1)))
 
 
 def _step(config) -> int:
@@ -48,7 +49,10 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     patch_dim = num_channels(vision) * temporal * _patch(config) ** 2
     grids = torch.tensor([grid(config, size) for size in sizes], dtype=torch.long)
     patches = int(grids.prod(-1).sum())
-    return {"pixel_values": torch.randn(patches, patch_dim, generator=generator).to(dtype), "image_grid_thw": grids}
+    sample = {"pixel_values": torch.randn(patches, patch_dim, generator=generator).to(dtype), "image_grid_thw": grids}
+    if "image_merge_sizes" in accepted:  # VideoLLaMA3: the merge size per image
+        sample["image_merge_sizes"] = torch.full((len(sizes),), _merge(config), dtype=torch.long)
+    return sample
 
 
 def variants(config, pixels: dict) -> list[dict]:

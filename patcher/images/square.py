@@ -2,7 +2,8 @@
 
 The LLaVA-1.5 layout, shared by most towers with position embeddings of one size (CLIP, SigLIP,
 InternViT, ...): the processor resizes every image to ``S x S``. ``image_sizes`` goes along where
-``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile).
+``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile), and
+``high_res_pixel_values`` at the high-resolution tower's size where there is one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     sample = {"pixel_values": torch.randn(len(sizes), channels, height, width, generator=generator).to(dtype)}
     if "image_sizes" in accepted:
         sample["image_sizes"] = torch.tensor(sizes, dtype=torch.long)
+    high_res = getattr(config, "high_res_vision_config", None)
+    if "high_res_pixel_values" in accepted and high_res is not None:
+        # DeepSeek-VL hybrid: the same image again at the high-resolution tower's size
+        side_high = side(first_field(high_res, ("image_size",)))
+        sample["high_res_pixel_values"] = torch.randn(len(sizes), channels, side_high, side_high,
+                                                      generator=generator).to(dtype)
     return sample
 
 

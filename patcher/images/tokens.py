@@ -112,10 +112,8 @@ def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int) -> 
         raise ValueError(f"{type(model).__name__} has no get_image_features: pass the image token count instead")
     accepted = inspect.signature(method).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    kwargs = {name: value for name, value in pixel_inputs.items()
-              if name in accepted or (takes_kwargs and name != "pixel_values")}
-    if "pixel_values" not in accepted:
-        kwargs.pop("pixel_values", None)
+    # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
+    kwargs = {name: value for name, value in pixel_inputs.items() if name in accepted or takes_kwargs}
     with torch.no_grad():
         try:
             output = method(**kwargs)
