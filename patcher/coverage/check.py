@@ -355,6 +355,20 @@ def with_other_pixels(sample: dict, seed: int) -> dict:
     return other
 
 
+def _builder_location(config) -> str | None:
+    """``file:line`` of the image sample builder used for the config (where a broken sample is made)."""
+    from ..samples import multimodal_builder
+    from ..trace.diagnose import _short_path
+
+    builder = multimodal_builder(config.model_type) if config is not None else None
+    layout = getattr(builder, "layout", None)
+    target = layout.pixels if layout is not None else builder
+    try:
+        return f"{_short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
+    except (TypeError, OSError):
+        return None
+
+
 def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, seed: int) -> None:
     """Eager logits must change when only the pixels change; else the image never reaches them."""
     other = with_other_pixels(sample, seed)
@@ -367,8 +381,10 @@ def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, s
     if not attempt.influence > MIN_IMAGE_INFLUENCE:
         attempt.stage = "influence"
         attempt.blocker_kind = "no image influence"
+        attempt.blocker_location = _builder_location(getattr(model, "config", None))
         attempt.error = (f"eager {key!r} changed by {attempt.influence:.1e} (<= {MIN_IMAGE_INFLUENCE}) when only the "
-                         "pixels changed: the sample's image tokens or pixel layout are wrong for this model")
+                         "pixels changed: the image never reaches them (check the sample's image tokens and pixel layout, "
+                         "and that the tiny vision tower's output depends on its pixels)")
 
 
 def _count_calls(model, targets, sample) -> int:

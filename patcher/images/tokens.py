@@ -117,8 +117,14 @@ def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int) -> 
     with torch.no_grad():
         try:
             output = method(**kwargs)
-        except TypeError:  # an input the method does not take through **kwargs
-            output = method(**{name: value for name, value in kwargs.items() if name in accepted})
+        except TypeError as error:  # an input the method does not take through **kwargs
+            named = {name: value for name, value in kwargs.items() if name in accepted}
+            if named == kwargs:
+                raise
+            try:
+                output = method(**named)
+            except TypeError:
+                raise error from None  # the first error names what the vision path really lacks
     features = _features(output)
     width = model.get_input_embeddings().embedding_dim
     items = list(features) if isinstance(features, (list, tuple)) else [features]
