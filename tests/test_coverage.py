@@ -173,3 +173,10 @@ def test_shrinking_keeps_vision_feature_layers_inside_the_shrunk_tower():
     layers = config.vision_feature_layers
     assert len(layers) == len(transformers.VipLlavaConfig().vision_feature_layers)
     assert all(-states <= index < states for index in layers)
+
+
+def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
+    # Kimi-K2.5's projector normalises vision features of `projection_hidden_size` (the real tower's
+    # 1152): kept while the tower shrank, the eager image path could not run.
+    config = shrink_config(transformers.Kimi_K25Config)
+    assert config.projection_hidden_size == config.vision_config.hidden_size
