@@ -1,11 +1,13 @@
 """Sample inputs for tracing, built from a config: no processor or tokenizer download.
 
 Text samples work for every decoder model. Multimodal builders are registered per
-``model_type`` (the zoo registers its own) with :func:`register_multimodal_sample`.
+``model_type`` with :func:`register_multimodal_sample`: the zoo registers its own, and
+``patcher.images`` one per pixel layout for every image-text-to-text family (the zoo's win).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -16,7 +18,10 @@ _MULTIMODAL_BUILDERS: dict[str, MultimodalBuilder] = {}
 
 
 def register_multimodal_sample(model_type: str):
-    """Decorator: register ``builder(config, *, batch_size, seq_len, device, **kw) -> dict``."""
+    """Decorator: register ``builder(config, *, batch_size, seq_len, left_padding, device, generator,
+    **kw) -> dict``. Optional keywords a builder may take: ``num_images``, ``image_size`` and
+    ``model`` (a built model whose own vision path counts the image tokens); callers pass ``model``
+    only to builders that declare it."""
 
     def register(builder: MultimodalBuilder) -> MultimodalBuilder:
         _MULTIMODAL_BUILDERS[model_type] = builder
@@ -43,14 +48,31 @@ def text_sample(
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 
+def multimodal_builder(model_type: str) -> MultimodalBuilder | None:
+    """The builder for ``model_type``: the zoo's if it has one, else ``patcher.images``'s."""
+    try:
+        import zoo  # noqa: F401  (registers the zoo's builders first: they win)
+    except ImportError:
+        pass
+    from . import images  # noqa: F401  (registers a builder per image layout where none is registered)
+
+    return _MULTIMODAL_BUILDERS.get(model_type)
+
+
+def takes_keyword(builder: MultimodalBuilder, name: str) -> bool:
+    try:
+        parameters = inspect.signature(builder).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
 def multimodal_sample(config: PretrainedConfig, **kwargs) -> dict[str, Any]:
-    builder = _MULTIMODAL_BUILDERS.get(config.model_type)
-    if builder is None:
-        try:
-            import zoo  # noqa: F401  (registers the zoo's builders)
-        except ImportError:
-            pass
-        builder = _MULTIMODAL_BUILDERS.get(config.model_type)
+    """A sample with images from the builder registered for the config's model type. ``model=`` is
+    dropped for builders that do not take it (they count image tokens from the config)."""
+    builder = multimodal_builder(config.model_type)
+    if builder is not None and "model" in kwargs and not takes_keyword(builder, "model"):
+        kwargs.pop("model")
     if builder is None:
         known = ", ".join(sorted(_MULTIMODAL_BUILDERS)) or "none yet"
         raise ValueError(

@@ -5,7 +5,9 @@ For each ``*ForCausalLM`` / ``*ForConditionalGeneration`` class of the installed
 shrink its default config, build a tiny random model, find its decoder-layer classes, patch the
 modeling file (``load_traceable``), trace and split it (``trace_subgraphs``), run the chain and
 compare it with the eager original on the traced sample and on a sample of another batch size and
-length. Multimodal samples where a builder is registered. No hand-written hints per model.
+length. Vision-language models are traced with images too (``patcher.images``, or the zoo's
+builder): two image layouts (another image size or count), and the eager logits must change when
+only the pixels change (image influence), or the row fails. No hand-written hints per model.
 
     .venv/bin/python scripts/coverage.py                      # everything, bench-out/coverage.{md,json}
     .venv/bin/python scripts/coverage.py --only '*Qwen*' --jobs 2 --timeout 90
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per architecture")
     parser.add_argument("--atol", type=float, default=1e-5, help="largest |diff| that counts as equal")
-    parser.add_argument("--no-multimodal", action="store_true", help="text samples only")
+    parser.add_argument("--no-multimodal", action="store_true", help="text samples only (no image samples)")
     parser.add_argument("--start-method", default="forkserver", choices=["forkserver", "spawn"])
     args = parser.parse_args(argv)
 

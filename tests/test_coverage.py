@@ -152,3 +152,31 @@ def test_summary_counts(cache_dir):
     line = summary(rows)
     assert line.startswith("2 architectures: built 1 (50%)") and "equal 1" in line
     assert top_blockers(rows)[0][1] == 1
+
+
+def test_shrinking_scales_grid_pinpoints_with_the_vision_tower():
+    # LLaVA-NeXT's pinpoints are pixel resolutions tiled by the tower's image_size: kept at the real
+    # 336-pixel scale over a shrunk tower, one image became hundreds of tiles.
+    real = transformers.LlavaNextConfig()
+    config = shrink_config(transformers.LlavaNextConfig)
+    tile, real_tile = config.vision_config.image_size, real.vision_config.image_size
+    tiles = {(h // tile, w // tile) for h, w in config.image_grid_pinpoints}
+    assert tiles == {(round(h / real_tile), round(w / real_tile)) for h, w in real.image_grid_pinpoints}
+    assert all(h % tile == 0 and w % tile == 0 for h, w in config.image_grid_pinpoints)
+
+
+def test_shrinking_keeps_vision_feature_layers_inside_the_shrunk_tower():
+    # VipLLaVA concatenates the hidden states of several layers ([-2, -5, -8, -11, 6]); the list keeps
+    # its length (the projector is sized by it) and every index stays within layers + 1 states.
+    config = shrink_config(transformers.VipLlavaConfig)
+    states = config.vision_config.num_hidden_layers + 1
+    layers = config.vision_feature_layers
+    assert len(layers) == len(transformers.VipLlavaConfig().vision_feature_layers)
+    assert all(-states <= index < states for index in layers)
+
+
+def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
+    # Kimi-K2.5's projector normalises vision features of `projection_hidden_size` (the real tower's
+    # 1152): kept while the tower shrank, the eager image path could not run.
+    config = shrink_config(transformers.Kimi_K25Config)
+    assert config.projection_hidden_size == config.vision_config.hidden_size

@@ -18,6 +18,9 @@ from typing import Any
 import torch
 
 MAX_PARAMETERS = 50_000_000
+#: Eager logits must move by more than this when only the pixels change, or the image sample is
+#: broken (image tokens missing or misplaced, pixels ignored): the row fails, never counts as equal.
+MIN_IMAGE_INFLUENCE = 1e-4
 
 
 @dataclass
@@ -32,7 +35,8 @@ class Attempt:
     expected: int | None = None
     max_diff: float | None = None
     reuse_diff: float | None = None
-    stage: str | None = None  # where it stopped: sample, eager, trace, run, reuse, compare
+    influence: float | None = None  # images: max |logits change| when only the pixels change
+    stage: str | None = None  # where it stopped: sample, eager, influence, trace, run, reuse, compare
     error: str | None = None
     blocker_kind: str | None = None
     blocker_rule: str | None = None
@@ -263,7 +267,7 @@ def check_architecture(
     samples = {}
     for attempt in attempts:
         try:
-            samples[attempt.mode] = _samples(config, attempt.mode, seed)
+            samples[attempt.mode] = _samples(config, attempt.mode, seed, model=original)
             if not _accepts(original, "decoder_input_ids"):
                 # decoder-only heads of encoder-decoder configs (PegasusForCausalLM) take **kwargs:
                 # decoder_input_ids would be an input nothing reads, refused by the tracer
@@ -283,6 +287,14 @@ def check_architecture(
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, "eager", exc, _Generated(), original_file)
             samples.pop(attempt.mode)
+            continue
+        if attempt.mode == "multimodal":
+            try:
+                _check_image_influence(attempt, original, samples[attempt.mode][0][0], extra, seed)
+            except Exception as exc:  # noqa: BLE001
+                _record_failure(attempt, "influence", exc, _Generated(), original_file)
+            if attempt.stage == "influence":
+                samples.pop(attempt.mode)
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
         row.stage, row.error = "eager", attempts[0].error
@@ -324,14 +336,61 @@ def _accepts(model, name: str) -> bool:
         return False
 
 
-def _samples(config, mode: str, seed: int) -> list[dict]:
+def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
+    """Two samples of the mode; for images the second has another layout (another image size where
+    the family takes several, else two images per row), so the graph is reused on a new layout."""
+    from ..images import second_layout
     from .samples import coverage_multimodal_sample, coverage_text_sample
 
     if mode == "text":
         return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
                 coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]
-    return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed),
-            coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1)]
+    return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
+            coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1, model=model,
+                                       **second_layout(config))]
+
+
+def with_other_pixels(sample: dict, seed: int) -> dict:
+    """The sample with every floating-point image input (``pixel_values``, ``image_patches``, ...)
+    replaced by other random values of the same shape; tokens, sizes and masks unchanged."""
+    generator = torch.Generator().manual_seed(seed + 7919)
+    other = dict(sample)
+    for name, value in sample.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and ("pixel" in name or "image" in name):
+            other[name] = torch.randn(value.shape, generator=generator).to(value.dtype)
+    return other
+
+
+def _builder_location(config) -> str | None:
+    """``file:line`` of the image sample builder used for the config (where a broken sample is made)."""
+    from ..samples import multimodal_builder
+    from ..trace.diagnose import _short_path
+
+    builder = multimodal_builder(config.model_type) if config is not None else None
+    layout = getattr(builder, "layout", None)
+    target = layout.pixels if layout is not None else builder
+    try:
+        return f"{_short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
+    except (TypeError, OSError):
+        return None
+
+
+def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, seed: int) -> None:
+    """Eager logits must change when only the pixels change; else the image never reaches them."""
+    other = with_other_pixels(sample, seed)
+    if all(other[name] is sample[name] for name in sample):
+        raise ValueError("the image sample has no floating-point pixel input to vary")
+    with torch.no_grad():
+        key, first = _output(model(**sample, **extra))
+        _, second = _output(model(**other, **extra), key)
+    attempt.influence = tensor_diff(first, second)
+    if not attempt.influence > MIN_IMAGE_INFLUENCE:
+        attempt.stage = "influence"
+        attempt.blocker_kind = "no image influence"
+        attempt.blocker_location = _builder_location(getattr(model, "config", None))
+        attempt.error = (f"eager {key!r} changed by {attempt.influence:.1e} (<= {MIN_IMAGE_INFLUENCE}) when only the "
+                         "pixels changed: the image never reaches them (check the sample's image tokens and pixel layout, "
+                         "and that the tiny vision tower's output depends on its pixels)")
 
 
 def _perturbed(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -22,14 +22,15 @@ def summary(rows: list[CoverageRow]) -> str:
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
     mm = [row for row in built if row.multimodal is not None]
-    mm_ran = [row for row in mm if row.multimodal.ran]
-    mm_traced = [row for row in mm_ran if row.multimodal.traced]
-    mm_equal = [row for row in mm_ran if row.multimodal.equal]
+    # an image sample is built when the eager model ran on it and the pixels reach its logits
+    mm_built = [row for row in mm if row.multimodal.ran and row.multimodal.stage not in ("sample", "eager", "influence")]
+    mm_traced = [row for row in mm_built if row.multimodal.traced]
+    mm_equal = [row for row in mm_built if row.multimodal.equal]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}); "
             f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
-            f"multimodal: {len(mm)} with a sample builder, ran {len(mm_ran)}, traced {len(mm_traced)}, "
+            f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
             f"equal {len(mm_equal)}")
 
 
@@ -114,7 +115,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
         mm = row.multimodal
         mm_cell = "-" if mm is None else (
             "equal" if mm.equal else f"traced {mm.subgraphs}/{mm.expected} {_diff(mm.max_diff)}/{_diff(mm.reuse_diff)}"
-            if mm.traced else f"{mm.stage}")
+            if mm.traced else f"{mm.stage}") + (f" (influence {_diff(mm.influence)})" if mm and mm.influence is not None else "")
         found = blocker(row)
         cells = [
             row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",

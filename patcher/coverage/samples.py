@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
@@ -60,18 +59,15 @@ def coverage_text_sample(config, *, batch_size: int, seq_len: int, left_padding:
 
 
 def coverage_multimodal_sample(config, *, batch_size: int, seq_len: int, left_padding: int = 0,
-                               seed: int = 0) -> dict[str, Any]:
+                               seed: int = 0, **layout) -> dict[str, Any]:
+    """``multimodal_sample`` with a seeded generator; ``layout``: ``num_images``, ``image_size``,
+    ``model`` (counts image tokens with the model's own vision path where the builder takes it)."""
     generator = torch.Generator().manual_seed(seed)
     return multimodal_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
-                             generator=generator)
+                             generator=generator, **layout)
 
 
 def has_multimodal_builder(config) -> bool:
-    from ..samples import _MULTIMODAL_BUILDERS
+    from ..samples import multimodal_builder
 
-    if config.model_type not in _MULTIMODAL_BUILDERS:
-        try:
-            importlib.import_module("zoo")  # registers the zoo's builders
-        except ImportError:
-            pass
-    return config.model_type in _MULTIMODAL_BUILDERS
+    return multimodal_builder(config.model_type) is not None

@@ -35,6 +35,7 @@ _WIDTH = {
     "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
+    "projection_hidden_size",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -167,7 +168,41 @@ class _Shrinker:
         self._fix_groups(data)
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
+        self._fix_grid_pinpoints(original, data)
+        self._fix_feature_layers(data)
         return data
+
+    @staticmethod
+    def _fix_feature_layers(data: dict) -> None:
+        """A list ``vision_feature_layer`` (VipLLaVA: ``[-2, -5, -8, -11, 6]``) indexes the vision tower's
+        hidden states (``layers + 1`` of them): with the tower cut to a few layers the indices would
+        run past them. Each is clamped into range; the list keeps its length (the projector is sized
+        by it)."""
+        vision = data.get("vision_config")
+        count = vision.get("num_hidden_layers") if isinstance(vision, dict) else None
+        for key in ("vision_feature_layer", "vision_feature_layers"):
+            layers = data.get(key)
+            if isinstance(layers, (list, tuple)) and isinstance(count, int) \
+                    and all(isinstance(index, int) for index in layers):
+                data[key] = [max(index, -(count + 1)) if index < 0 else min(index, count) for index in layers]
+
+    @staticmethod
+    def _fix_grid_pinpoints(original: dict, data: dict) -> None:
+        """LLaVA-NeXT's ``image_grid_pinpoints`` are resolutions in pixels, tiled by tiles of the
+        vision tower's ``image_size``: kept at the real 336-pixel scale over a 28-pixel tower, one image
+        became hundreds of tiles. Scaled by the same factor as the tower's image size."""
+        pinpoints = data.get("image_grid_pinpoints")
+        before = (original.get("vision_config") or {}).get("image_size")
+        after = (data.get("vision_config") or {}).get("image_size")
+        if not isinstance(pinpoints, list) or not isinstance(before, int) or not isinstance(after, int) \
+                or after >= before or not all(isinstance(point, list) and len(point) == 2 for point in pinpoints):
+            return
+        scaled = []
+        for height, width in pinpoints:
+            point = [max(1, round(height / before)) * after, max(1, round(width / before)) * after]
+            if point not in scaled:
+                scaled.append(point)
+        data["image_grid_pinpoints"] = scaled
 
     @staticmethod
     def _fix_pooled_image_tokens(data: dict) -> None:

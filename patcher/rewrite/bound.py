@@ -132,9 +132,12 @@ def _find(stmt, target, bound: set[str]) -> set[str] | None:
     return None
 
 
-def writes_first(name: str, stmts) -> bool:
+def writes_first(name: str, stmts, untaken_keeps: bool = True) -> bool:
     """Does running `stmts` bind `name` before any read of it (so its old value is never needed,
-    except as what a loop that never runs or an `if` that is not taken would leave)?"""
+    except as what a loop that never runs or an `if` that is not taken would leave)?
+
+    `untaken_keeps=False`: an `if` without `else` that binds the name first counts too (for a
+    name that may be unbound before: there is no old value to keep)."""
     for stmt in stmts:
         if isinstance(stmt, cst.SimpleStatementLine):
             use = name_use(stmt)
@@ -151,17 +154,18 @@ def writes_first(name: str, stmts) -> bool:
                 return False
             if name in name_use(stmt.target).reads:  # the target alone reads as a plain expression
                 return True
-            return writes_first(name, _body(stmt))
+            return writes_first(name, _body(stmt), untaken_keeps)
         if isinstance(stmt, cst.While):
             if name in name_use(stmt.test).reads or stmt.orelse is not None:
                 return False
-            return writes_first(name, _body(stmt))
+            return writes_first(name, _body(stmt), untaken_keeps)
         if isinstance(stmt, cst.If):
             if name in name_use(stmt.test).reads:
                 return False
             if stmt.orelse is None:
-                return False  # not taken: the old value stays
+                # not taken: the old value stays (unless there may be none)
+                return not untaken_keeps and writes_first(name, _body(stmt), untaken_keeps)
             other = [stmt.orelse] if isinstance(stmt.orelse, cst.If) else _body(stmt.orelse)
-            return writes_first(name, _body(stmt)) and writes_first(name, other)
+            return writes_first(name, _body(stmt), untaken_keeps) and writes_first(name, other, untaken_keeps)
         return False
     return False

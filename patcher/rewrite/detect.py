@@ -83,6 +83,11 @@ class _Finder:
                 if isinstance(tg, cst.Subscript) and not _container_item(tg, self.taint):
                     self.add("setitem", VALUE if of(tg.value) else CLEAN, tg,
                              "item assignment into a traced tensor (proxies have no __setitem__)")
+                elif isinstance(tg, cst.Attribute) and of(tg.value) == VALUE:
+                    # `vision_output.pooler_output = torch.split(...)` on a module's output: setting
+                    # an attribute of a proxy records nothing, so the graph would silently keep the
+                    # old value; the assignment must run when the graph runs
+                    self.add("setitem", VALUE, tg, "attribute assignment on a traced value (proxies record no setattr)")
                 elif isinstance(tg, (cst.Tuple, cst.List)) and any(
                     isinstance(el, cst.StarredElement) for el in tg.elements
                 ) and t is cst.Assign:
@@ -105,6 +110,10 @@ class _Finder:
                          f"`{name}` with traced sizes as separate arguments")
             elif name in ("torch.finfo", "torch.iinfo"):
                 self.add("finfo", META if args else CLEAN, node, f"`{name}` of a traced dtype")
+            elif name == "len" and len(node.args) == 1 and of(node.args[0].value) == VALUE:
+                # fx proxies have no length (a list a wrapped helper returns, a tensor): the count is
+                # only known when the graph runs
+                self.add("data", VALUE, node, "`len()` of a traced value (proxies have no length)")
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("tolist", "item"):
                 self.add("data", VALUE if of(node.func.value) else CLEAN, node,
                          f"`.{node.func.attr.value}()` reads tensor data")

@@ -82,7 +82,9 @@ def hoist(
     bound_inside = set(writes)
     # Possibly unbound at the call site and not needed by the statements: reading them there
     # would raise UnboundLocalError on the path that leaves them unbound.
-    skip = {n for n in maybe_unbound if n in bound_inside and writes_first(n, stmts)}
+    # An `if` that binds one without an `else` (`if isinstance(h, tuple): h, _ = h` after `_` was
+    # bound on one branch only): there may be no old value to pass, so it starts as None.
+    skip = {n for n in maybe_unbound if n in bound_inside and writes_first(n, stmts, untaken_keeps=False)}
     params: list[str] = []
     for r in use.ordered_reads():
         if r in local_names and (r not in bound_inside or (r in defined_before and r not in skip)):

@@ -88,6 +88,20 @@ def param_taint(param: cst.Param) -> int:
     return CLEAN
 
 
+_SEQUENCE_TYPES = frozenset({"list", "tuple", "List", "Tuple", "typing.List", "typing.Tuple"})
+
+
+def _sequence_check_of_traced(node: cst.Call, taint: "Taint") -> bool:
+    """``isinstance(x, (list, tuple))`` on a traced ``x``: while tracing ``x`` is one proxy, never a
+    list, so the check is always False there; when the graph runs, a wrapped helper may hand a real
+    list (Idefics' per-image feature list before ``torch.cat``). Such a check decides at run time."""
+    if len(node.args) != 2 or taint.of(node.args[0].value) != VALUE:
+        return False
+    kinds = node.args[1].value
+    names = [element.value for element in kinds.elements] if isinstance(kinds, (cst.Tuple, cst.List)) else [kinds]
+    return any(dotted(name) in _SEQUENCE_TYPES for name in names)
+
+
 _CONTAINER_CALLS = frozenset({"dict", "list", "tuple", "set", "defaultdict", "OrderedDict", "collections.defaultdict"})
 
 
@@ -99,12 +113,15 @@ class Taint:
     """
 
     def __init__(self, names: dict[str, int] | None = None, containers: set[str] | None = None,
-                 wrapped: dict | None = None):
+                 wrapped: dict | None = None, items: dict[str, int] | None = None):
         self.names: dict[str, int] = dict(names or {})
         self.containers: set[str] = set(containers or ())
         # Module-level functions made by an earlier patch: a call to one is as tainted as the code
         # it holds, so that re-patching sees what the first patch saw (idempotence).
         self.wrapped: dict[str, cst.FunctionDef] = wrapped if wrapped is not None else {}
+        # `outputs["image"] = self.get_image_features(...)`: the name itself stays plain (a dict),
+        # but what is read back out of it (`outputs["image"].deepstack_features`) is traced.
+        self.items: dict[str, int] = dict(items or {})
         self._memo: dict[int, tuple[cst.CSTNode, int]] = {}
 
     def call_results(self, node: cst.Call) -> list[int] | None:
@@ -147,10 +164,16 @@ class Taint:
         self.names[name] = level
         self._memo.clear()
 
+    def set_items(self, name: str, level: int) -> None:
+        self.items[name] = level
+        self._memo.clear()
+
     def _of(self, node: cst.CSTNode) -> int:  # noqa: C901 - one dispatch table
         t = type(node)
         if t is cst.Name:
             return self.names.get(node.value, CLEAN)
+        if t is cst.Subscript and isinstance(node.value, cst.Name) and node.value.value in self.items:
+            return max(self.items[node.value.value], max((self.of(c) for c in children(node)), default=CLEAN))
         if t is cst.Attribute:
             base = self.of(node.value)
             if base == VALUE and node.attr.value in META_ATTRS:
@@ -166,6 +189,8 @@ class Taint:
                 return max(results, default=CLEAN)
             name = dotted(node.func)
             args = max((self.of(a.value) for a in node.args), default=CLEAN)
+            if name == "isinstance" and _sequence_check_of_traced(node, self):
+                return VALUE
             if name in CLEAN_CALLS:
                 return CLEAN
             if name == "len":
@@ -289,7 +314,7 @@ def _container_checked(fn: cst.FunctionDef) -> set[int]:
 def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_params: bool = True) -> Taint:
     """Fixpoint of taint over fn's assignments, seeded from its parameters."""
     taint = Taint(outer.names if outer else None, outer.containers if outer else None,
-                  outer.wrapped if outer else None)
+                  outer.wrapped if outer else None, outer.items if outer else None)
     for p in param_list(fn) if seed_params else ():
         taint.set(p.name.value, param_taint(p))
     if seed_params:
@@ -314,6 +339,12 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
     for _ in range(8):
         changed = False
         for target, value in pairs:
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                level = taint.of(value)
+                if level > taint.items.get(target.value.value, CLEAN):
+                    taint.set_items(target.value.value, level)
+                    changed = True
+                continue
             if isinstance(target, (cst.Subscript, cst.Attribute)):
                 continue
             per = taint.call_results(value) if isinstance(value, cst.Call) and isinstance(target, cst.Tuple) else None

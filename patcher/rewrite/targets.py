@@ -113,10 +113,19 @@ class TargetIndex:
                 return [n for el in node.elements for n in names(el.value)]
             return []
 
+        def bound(target: cst.CSTNode, iterable: cst.CSTNode) -> list[str]:
+            """The names a loop binds to modules: in `for i, layer in enumerate(self.layers)` the
+            index `i` is a plain int (wrapping code that reads it hides no module)."""
+            if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) \
+                    and iterable.func.value == "enumerate" and isinstance(target, (cst.Tuple, cst.List)) \
+                    and len(target.elements) == 2:
+                return names(target.elements[1].value)
+            return names(target)
+
         for _ in range(2):
             for node in descendants(fn):
                 if isinstance(node, cst.For) and mentions(node.iter):
-                    found.update(names(node.target))
+                    found.update(bound(node.target, node.iter))
                 elif isinstance(node, cst.Assign) and mentions(node.value):
                     for t in node.targets:
                         found.update(names(t.target))

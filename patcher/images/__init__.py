@@ -1,0 +1,37 @@
+"""Processor-free image samples for every image-text-to-text architecture, built from the config.
+
+One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``idefics``, ``anyres``,
+``naflex``), each an :class:`~patcher.images.layout.ImageLayout` registered with
+``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
+builders replace these for its model types. Importing this package registers them all.
+
+The builders take the common sample keywords (``batch_size``, ``seq_len``, ``left_padding``,
+``device``, ``generator``) plus ``num_images`` (per row), ``image_size`` and ``model``: with a
+model, the image tokens per image are counted by running its own ``get_image_features`` on the
+synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without, from the config.
+"""
+
+from __future__ import annotations
+
+from . import anyres, idefics, naflex, pixtral, qwen_vl, square  # noqa: F401  (registers the layouts)
+from .layout import ImageLayout, build_image_sample, forward_inputs
+from .tokens import features_per_image, image_token_id
+
+LAYOUTS = [square.LAYOUT, pixtral.LAYOUT, qwen_vl.LAYOUT, idefics.LAYOUT, anyres.LAYOUT, naflex.LAYOUT]
+
+
+def layout_for(model_type: str) -> ImageLayout | None:
+    """The layout registered for ``model_type`` (None if no family here takes it)."""
+    return next((layout for layout in LAYOUTS if model_type in layout.model_types), None)
+
+
+def second_layout(config) -> dict:
+    """Sample keywords for a second image layout of the config's family: another image size where
+    the family takes several, else two images per row."""
+    layout = layout_for(config.model_type)
+    other = layout.other_size(config) if layout is not None else None
+    return {"image_size": other} if other is not None else {"num_images": 2}
+
+
+__all__ = ["ImageLayout", "LAYOUTS", "build_image_sample", "features_per_image", "forward_inputs",
+           "image_token_id", "layout_for", "second_layout"]

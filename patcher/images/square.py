@@ -1,0 +1,60 @@
+"""Fixed-size images: ``pixel_values (N, C, S, S)`` at the vision tower's ``image_size``.
+
+The LLaVA-1.5 layout, shared by most towers with position embeddings of one size (CLIP, SigLIP,
+InternViT, ...): the processor resizes every image to ``S x S``. ``image_sizes`` goes along where
+``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile), and
+``high_res_pixel_values`` at the high-resolution tower's size where there is one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import ImageLayout, num_channels, register_layout, side, vision_config
+from .tokens import first_field
+
+
+def default_size(config) -> tuple[int, int]:
+    vision = vision_config(config)
+    size = first_field(vision, ("image_size", "img_size"))
+    if size is None:
+        raise ValueError(f"{config.model_type}: vision_config has no image_size; the fixed-size layout needs one")
+    return (side(size[0]), side(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+
+
+def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.Tensor]:
+    channels = num_channels(vision_config(config))
+    height, width = sizes[0]
+    sample = {"pixel_values": torch.randn(len(sizes), channels, height, width, generator=generator).to(dtype)}
+    if "image_sizes" in accepted:
+        sample["image_sizes"] = torch.tensor(sizes, dtype=torch.long)
+    high_res = getattr(config, "high_res_vision_config", None)
+    if "high_res_pixel_values" in accepted and high_res is not None:
+        # DeepSeek-VL hybrid: the same image again at the high-resolution tower's size
+        side_high = side(first_field(high_res, ("image_size",)))
+        sample["high_res_pixel_values"] = torch.randn(len(sizes), channels, side_high, side_high,
+                                                      generator=generator).to(dtype)
+    return sample
+
+
+def config_count(config, size) -> int:
+    """``image_seq_length`` / ``mm_tokens_per_image`` where the config states it, else one token per
+    patch (LLaVA's ``default`` strategy drops CLS)."""
+    stated = first_field(config, ("mm_tokens_per_image", "image_seq_length", "num_image_tokens"))
+    if stated is not None:
+        return int(stated)
+    patch = side(first_field(vision_config(config), ("patch_size",), 14))
+    return (size[0] // patch) * (size[1] // patch)
+
+
+LAYOUT = register_layout(ImageLayout(
+    name="square",
+    model_types=("aya_vision", "cohere2_vision", "deepseek_vl", "got_ocr2", "pp_chart2table", "internvl",
+                 "qianfan_ocr", "janus", "llama4", "llava", "vipllava", "ovis2", "paligemma", "gemma3",
+                 "shieldgemma2", "aria", "florence2", "step3p7", "blip-2", "instructblip", "t5gemma2",
+                 "deepseek_vl_hybrid", "unlimited_ocr", "minicpm_ocr", "minicpmv4_6", "minicpmv4_7",
+                 "video_llava", "llava_onevision_image_only"),
+    pixels=pixels,
+    default_size=default_size,
+    config_count=config_count,
+))

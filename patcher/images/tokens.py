@@ -1,0 +1,135 @@
+"""Image tokens in text rows: which id, how many per image, where they go.
+
+The number of features an image yields depends on the vision tower, the projector (pixel shuffle,
+pooling, merging, newline tokens) and the image size; hand-counting it per model goes stale. When a
+model is at hand, :func:`features_per_image` runs the model's own ``get_image_features`` eagerly on
+the synthetic pixels and counts what comes out; without a model, the family's config-derived count
+is used (see each family's ``config_count``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def first_field(config, names, default=None):
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def image_token_id(config) -> int:
+    """The placeholder id the model replaces by image features (``image_token_id`` or the older
+    ``image_token_index``)."""
+    token = first_field(config, ("image_token_id", "image_token_index"))
+    if token is None:
+        raise ValueError(f"{config.model_type}: the config has no image_token_id / image_token_index, so there is "
+                         "no placeholder to put image features at; pass your own sample")
+    return int(token)
+
+
+def all_special_tokens(config) -> set[int]:
+    from ..coverage.samples import special_tokens
+
+    return special_tokens(config)
+
+
+def pad_token_id(config) -> int:
+    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
+    if batch_size < 1 or num_images < 1:
+        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
+                         "use multimodal=False for a text-only sample")
+    if not 0 <= left_padding < seq_len:
+        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+
+
+def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,
+               generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` ordinary text tokens (no special
+    token of the config; row 0 starts with ``left_padding`` pads) with the image ``spans``
+    inserted in order at random text positions."""
+    vocab_size = config.get_text_config().vocab_size
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    special = [token for token in all_special_tokens(config) if 0 <= token < vocab_size]
+    if special:
+        allowed[special] = False
+    text_pool = allowed.nonzero().flatten()
+    pad = pad_token_id(config)
+    rows, masks = [], []
+    for row in range(batch_size):
+        padding = left_padding if row == 0 else 0
+        num_text = seq_len - padding
+        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
+        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
+        tokens, previous = [pad] * padding, 0
+        for cut, span in zip(cuts, spans):
+            tokens += text[previous:cut] + span
+            previous = cut
+        tokens += text[previous:]
+        rows.append(tokens)
+        masks.append([0] * padding + [1] * (len(tokens) - padding))
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+
+
+def image_feature_method(model):
+    """``get_image_features`` of the model or of its inner ``model``; None when it has none."""
+    for owner in (model, getattr(model, "model", None)):
+        method = getattr(owner, "get_image_features", None) if owner is not None else None
+        if callable(method):
+            return method
+    return None
+
+
+def _features(output: Any):
+    """The image features of a ``get_image_features`` result: ``pooler_output`` of a model output
+    (transformers 5), else the value itself or the first item of a tuple."""
+    if hasattr(output, "pooler_output") and output.pooler_output is not None:
+        return output.pooler_output
+    if hasattr(output, "keys") and not isinstance(output, torch.Tensor):
+        return next(iter(output.values()))
+    if isinstance(output, tuple) and output and isinstance(output[0], (torch.Tensor, list, tuple)):
+        return output[0] if not all(isinstance(item, torch.Tensor) and item.ndim == 2 for item in output) else output
+    return output
+
+
+def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int) -> int:
+    """Run the model's own vision path (``get_image_features``) once on ``pixel_inputs`` and
+    return how many text-embedding-sized features each of the ``num_images`` images yields (the
+    images of one sample have one size, so the total divides evenly)."""
+    method = image_feature_method(model)
+    if method is None:
+        raise ValueError(f"{type(model).__name__} has no get_image_features: pass the image token count instead")
+    accepted = inspect.signature(method).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
+    kwargs = {name: value for name, value in pixel_inputs.items() if name in accepted or takes_kwargs}
+    with torch.no_grad():
+        try:
+            output = method(**kwargs)
+        except TypeError as error:  # an input the method does not take through **kwargs
+            named = {name: value for name, value in kwargs.items() if name in accepted}
+            if named == kwargs:
+                raise
+            try:
+                output = method(**named)
+            except TypeError:
+                raise error from None  # the first error names what the vision path really lacks
+    features = _features(output)
+    width = model.get_input_embeddings().embedding_dim
+    items = list(features) if isinstance(features, (list, tuple)) else [features]
+    total = sum(item.numel() // width for item in items if isinstance(item, torch.Tensor))
+    if total == 0 or total % num_images:
+        raise ValueError(f"{type(model).__name__}.get_image_features gave {total} features of width {width} for "
+                         f"{num_images} images of one size: cannot tell the count per image")
+    return total // num_images
