@@ -70,6 +70,7 @@ def _add_trace_parser(subparsers) -> None:
 def _run_trace(args) -> int:
     from .attempt import attempt_trace
 
+    _check_targets_per_subgraph(args)
     try:
         subgraphs = attempt_trace(
             args.model_id,
@@ -85,6 +86,15 @@ def _run_trace(args) -> int:
         print(f"patcher trace: error: {exc}", file=sys.stderr)
         return 2
     return 0 if subgraphs is not None else 1
+
+
+def _check_targets_per_subgraph(args) -> None:
+    if getattr(args, "targets_per_subgraph", 1) < 1:
+        raise UsageError(f"--targets-per-subgraph must be >= 1, not {args.targets_per_subgraph}")
+
+
+class UsageError(ValueError):
+    """A bad combination of arguments: exit 2 with the message."""
 
 
 REPAIR_EPILOG = """\
@@ -112,6 +122,8 @@ def _add_repair_parser(subparsers) -> None:
     )
     add_model_arguments(parser)
     parser.add_argument("-o", "--output", metavar="DIR", help="write the repaired module and manifest here")
+    parser.add_argument("--force", action="store_true",
+                        help="with -o: overwrite an output file that the patcher did not generate")
     parser.set_defaults(handler=_run_repair)
 
 
@@ -128,9 +140,14 @@ def _run_repair(args) -> int:
     print(result.report())
     if args.output and result.model_class is not None:
         from .rewrite import patch_file
+        from .rewrite.errors import PatchError
 
-        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
-                             locations=result.locations)
+        try:
+            written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+                                 locations=result.locations, force=args.force)
+        except PatchError as exc:
+            print(f"patcher repair: error: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
     return 0 if result.traced else 1
 
@@ -140,8 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="patcher",
         description="Make transformers models traceable with torch.fx and split them into per-layer subgraphs "
         "for sequential compression (GPTQ, SparseGPT, AWQ).",
-        epilog="Run 'patcher COMMAND --help' for a command's options and examples. Guide: GUIDE.md",
+        epilog="Run 'patcher COMMAND --help' for a command's options and examples. Guide: GUIDE.md\n"
+        "Exit status: 0 ok, 1 failed to trace (patch --check: stale), 2 bad input or arguments, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"patcher {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_trace_parser(subparsers)
     from .render.cli import add_graph_parser
@@ -157,13 +179,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type, ...]:
+    """Exceptions that report a mistake in the input, not a bug: a message and exit 2, no traceback."""
+    from .models import UserInputError
+
+    errors: list[type] = [UserInputError, UsageError]
+    for module, name in (("patcher.rewrite.errors", "PatchError"), ("patcher.trace.errors", "TargetMatchError"),
+                         ("patcher.trace.errors", "SampleInputError")):
+        loaded = sys.modules.get(module)  # only what the command imported can have been raised
+        if loaded is not None:
+            errors.append(getattr(loaded, name))
+    return tuple(errors)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "handler", None) is None:
-        parser.print_help()
+    command = "patcher"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "handler", None) is None:
+            parser.print_help()
+            return 2
+        command = f"patcher {args.command}"
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted; no output file was left half-written (run the command again)",
+              file=sys.stderr)
+        return 130
+    except RecursionError:
+        print(f"{command}: error: the input is too deeply nested (or an expression too long) for the patcher; "
+              "split the expression or function", file=sys.stderr)
         return 2
-    return args.handler(args)
+    except Exception as exc:
+        if isinstance(exc, _user_errors()):
+            print(f"{command}: error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":
