@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -105,6 +106,63 @@ def patch_source(
     shown_file = fields.get("source file") or _display_file(source_path, module_name)
     filename = os.path.basename(shown_file) if shown_file != "<string>" else (
         (module_name.rsplit(".", 1)[-1] + ".py") if module_name else "<string>")
+    _precheck(body, path=source_path or shown_file, offset=offset)
+    try:
+        return _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
+                             source_path)
+    except RecursionError:
+        line = _busiest_line(body) + offset
+        raise PatchError("expression too long or too deeply nested for the patcher (Python recursion limit); "
+                         "split it into several statements", path=source_path or shown_file, line=line) from None
+
+
+#: deeper ASTs are refused before libcst sees them: its native parser may overflow the C stack
+MAX_AST_DEPTH = 200
+
+
+def _precheck(body: str, *, path: str, offset: int) -> None:
+    """Syntax errors with CPython's exact line, and nesting libcst could not survive."""
+    import ast
+
+    try:
+        tree = ast.parse(body)
+    except SyntaxError as exc:
+        raise PatchError(f"syntax error: {exc.msg}", path=path, line=(exc.lineno or 1) + offset) from None
+    except (RecursionError, MemoryError):
+        raise PatchError("too deeply nested for the patcher; split the expression or function", path=path,
+                         line=_busiest_line(body) + offset) from None
+    stack = [(tree, 0, 1)]
+    while stack:
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
+        if depth > MAX_AST_DEPTH:
+            raise PatchError(f"nesting deeper than {MAX_AST_DEPTH} levels: too deep for the patcher; split the "
+                             "expression or function", path=path, line=line + offset)
+        stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+
+
+def _busiest_line(body: str) -> int:
+    """The first line of the logical line with the most tokens (where a recursion limit is hit)."""
+    import io
+    import tokenize
+
+    best, best_count, start, count = 1, -1, None, 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(body).readline):
+            if start is None:
+                start = token.start[0]
+            count += 1
+            if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                if count > best_count:
+                    best, best_count = start, count
+                start, count = None, 0
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return best
+
+
+def _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
+                  source_path) -> PatchResult:
     try:
         module = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:
@@ -201,6 +259,39 @@ def _has_model_classes(module: cst.Module) -> bool:
     return False
 
 
+def read_source(path: Path) -> str:
+    """A source file's text: its ``coding:`` line honoured, line endings (CRLF) kept byte for byte.
+
+    A non-UTF-8 coding line is rewritten to ``utf-8``, since the output is written in UTF-8."""
+    import io
+    import tokenize
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PatchError(f"cannot read ({exc.strerror or exc}); check the path and its permissions",
+                         path=str(path), line=0) from None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError) as exc:
+        raise PatchError(f"cannot read: {exc}; fix the coding line", path=str(path), line=1) from None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise PatchError(f"cannot decode byte {data[exc.start]:#04x} as {encoding}: save the file as UTF-8 or "
+                         "declare its encoding with a '# -*- coding: NAME -*-' line", path=str(path), line=line) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if encoding.lower().replace("_", "-") not in ("utf-8", "utf-8-sig"):
+        lines = text.splitlines(True)
+        for index in range(min(2, len(lines))):
+            if re.match(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", lines[index]):
+                lines[index] = re.sub(r"(coding[:=][ \t]*)[-\w.]+", r"\g<1>utf-8", lines[index], count=1)
+                break
+        text = "".join(lines)
+    return text
+
+
 def output_paths(source_path: Path, output_dir: str | os.PathLike) -> tuple[Path, Path]:
     out = Path(output_dir) / f"{source_path.stem}.py"
     return out, out.with_name(f"{source_path.stem}.manifest.json")
@@ -231,10 +322,7 @@ def patch_file(
     ('modeling_llava.py', ['TZ102', 'TZ103', 'TZ106'])
     """
     path, module_name = _locate(module_or_path)
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PatchError(f"cannot read: {exc}", path=str(path), line=0) from None
+    source = read_source(path)
     result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
                           ignore=ignore, locations=locations)
     _, body = hdr.split_header(source)
