@@ -152,7 +152,34 @@ def _run_repair(args) -> int:
     return 0 if result.traced else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: command -> its one-line help (shown by ``patcher --help`` without building the command's parser,
+#: which would import torch, transformers and libcst: seconds)
+COMMAND_HELP = {
+    "trace": "test whether a model traces and show its partition into subgraphs",
+    "graph": "draw the traced graph with its partition into subgraphs (svg, png, pdf or dot)",
+    "repair": "patch a model's modeling file, guided by tracing, until it traces",
+    "patch": "rewrite a modeling file so that torch.fx can trace it",
+}
+
+
+def _add_graph(subparsers) -> None:
+    from .render.cli import add_graph_parser
+
+    add_graph_parser(subparsers)
+
+
+def _add_patch(subparsers) -> None:
+    from .rewrite.cli import add_patch_parser
+
+    add_patch_parser(subparsers)
+
+
+_BUILDERS = {"trace": _add_trace_parser, "graph": _add_graph, "repair": _add_repair_parser, "patch": _add_patch}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``patcher`` parser. ``only``: build just that command's parser in full (the others are
+    listed with their help line only); None builds all."""
     parser = argparse.ArgumentParser(
         prog="patcher",
         description="Make transformers models traceable with torch.fx and split them into per-layer subgraphs "
@@ -165,18 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"patcher {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_trace_parser(subparsers)
-    from .render.cli import add_graph_parser
-
-    add_graph_parser(subparsers)
-    _add_repair_parser(subparsers)
-    try:
-        from .rewrite.cli import add_patch_parser
-    except ImportError:
-        pass
-    else:
-        add_patch_parser(subparsers)
+    for name, builder in _BUILDERS.items():
+        if only is None or only == name:
+            builder(subparsers)
+        else:
+            subparsers.add_parser(name, help=COMMAND_HELP[name])
     return parser
+
+
+def _command_in(argv: list[str]) -> str:
+    """The command named in ``argv`` ('' when none: then no command parser needs building)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in _BUILDERS else ""
+    return ""
 
 
 def _user_errors() -> tuple[type, ...]:
@@ -195,7 +224,8 @@ def _user_errors() -> tuple[type, ...]:
 def main(argv: list[str] | None = None) -> int:
     command = "patcher"
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(only=_command_in(argv))
         args = parser.parse_args(argv)
         if getattr(args, "handler", None) is None:
             parser.print_help()
