@@ -12,6 +12,8 @@ TRACE_EPILOG = """\
 examples:
   patcher trace LlamaForCausalLM Meta-Llama-3-8B
   patcher trace LlamaForCausalLM ./my-llama --targets LlamaDecoderLayer --targets-per-subgraph 2
+  patcher patch transformers.models.llama.modeling_llama -o patched
+  patcher trace patched/modeling_llama.py:LlamaForCausalLM Meta-Llama-3-8B   # or patched:LlamaForCausalLM
   patcher trace Qwen2VLForConditionalGeneration ./qwen2-vl/config.json --multimodal \\
       --ignore 're:model\\.visual' get_rope_index
 
@@ -29,7 +31,9 @@ Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
 
 def add_model_arguments(parser) -> None:
     """MODEL_CLASS MODEL_ID [--multimodal] [--targets] [--ignore] [--no-default-ignore]: shared by commands."""
-    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
+    parser.add_argument("model_class", metavar="MODEL_CLASS",
+                        help="e.g. LlamaForCausalLM, package.module.Class, FILE.py:Class (a patched file) or "
+                        "FOLDER:Class (a 'patcher patch -o FOLDER' output)")
     parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
     parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
     parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")

@@ -319,3 +319,12 @@ def test_api_load_config_and_resolve_class_raise_user_errors(tmp_path):
     with pytest.raises(UserInputError, match="not a transformers model class"):
         resolve_model_class("torch.nn.Linear")
     assert isinstance(UserInputError("x"), ValueError)  # callers catching ValueError keep working
+
+
+def test_trace_accepts_a_patched_file_and_its_folder(tmp_path, capsys):
+    config = cfg(tmp_path)
+    status, output = _run(["patch", "transformers.models.llama.modeling_llama", "-o", str(tmp_path / "p")], capsys)
+    assert status == 0, output
+    for spec in (f"{tmp_path / 'p' / 'modeling_llama.py'}:LlamaForCausalLM", f"{tmp_path / 'p'}:LlamaForCausalLM"):
+        status, output = _run(["trace", spec, config], capsys)
+        assert status == 0 and "Successfully traced model into 2 subgraphs!" in output, output
