@@ -116,6 +116,10 @@ def patch_source(
                          "split it into several statements", path=source_path or shown_file, line=line) from None
 
 
+#: larger list/tuple/set/dict literals are refused: data, not model code (libcst needs ~0.1 ms and
+#: ~15 KB per element: an 800 KB list took 37 s and 2 GB)
+MAX_LITERAL_ELEMENTS = 10000
+
 #: deeper ASTs are refused before libcst sees them: its native parser may overflow the C stack
 MAX_AST_DEPTH = 200
 
@@ -138,6 +142,12 @@ def _precheck(body: str, *, path: str, offset: int) -> None:
         if depth > MAX_AST_DEPTH:
             raise PatchError(f"nesting deeper than {MAX_AST_DEPTH} levels: too deep for the patcher; split the "
                              "expression or function", path=path, line=line + offset)
+        size = len(getattr(node, "elts", None) or getattr(node, "keys", None) or ()) if isinstance(
+            node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) else 0
+        if size > MAX_LITERAL_ELEMENTS:
+            raise PatchError(f"a literal with {size} elements (over {MAX_LITERAL_ELEMENTS}): data, not model code, and "
+                             "too slow to rewrite; move it to a data file (JSON, .npy) that the module loads",
+                             path=path, line=line + offset)
         stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
 
 
