@@ -180,3 +180,16 @@ def test_load_traceable_cache_survives_parallel_and_killed_writers(tmp_path):
         assert writer.returncode == 0, err
     (generated,) = cache.glob("*.py")
     assert generated.read_text() == code and _temporaries(cache) == []
+
+
+def test_deeply_nested_source_is_an_error_message_not_a_crash(tmp_path):
+    """A crash in the parser's native code would end the process (exit 139): run it in one."""
+    body = "".join(" " * i + "if x:\n" for i in range(99)) + " " * 99 + "y = " + "(" * 150 + "x" + "[0]" * 300 \
+        + ")" * 150 + "\n"
+    src = tmp_path / "modeling_deep.py"
+    src.write_text(MODEL + body)
+    run = subprocess.run([sys.executable, "-m", "patcher", "patch", str(src), "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=_env(), timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "modeling_deep.py:" in run.stderr and "nest" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()
