@@ -25,7 +25,7 @@ decoder-layer classes (from _no_split_modules).
 patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type when its default
 targets are used: with --targets inside e.g. a vision tower, the recipe's ignore of that tower
 would swallow them); --no-default-ignore drops it.
-Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
+Exit status: 0 traced, 1 failed to trace, 2 bad arguments or input (message, no traceback), 130 interrupted.
 """
 
 
@@ -112,7 +112,7 @@ examples:
   patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
   patcher repair MyModelForCausalLM ./checkpoint --targets MyDecoderLayer
 
-Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments.
+Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments or input, 130 interrupted.
 """
 
 

@@ -168,7 +168,13 @@ def load_config(model_id: str | os.PathLike) -> PretrainedConfig:
         if not (path / "config.json").is_file():
             raise UserInputError(f"{path}: this folder has no config.json; give a folder saved with save_pretrained "
                                  "or the config file itself")
-        return _config_from_json(path / "config.json")
+        _config_from_json(path / "config.json")  # the same checks, with the file's name and line
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(path)
+        except Exception as exc:
+            raise UserInputError(f"{path}: cannot load the config: {exc}; check the folder") from None
     if path.is_file():
         return _config_from_json(path)
     bundled = CONFIG_DIR / f"{model_id}.json"
@@ -241,14 +247,7 @@ def config_problems(config) -> list[str]:
         if id(cfg) in seen:
             return
         seen.add(id(cfg))
-        values = {}
-        for key in dir(cfg):
-            if key.startswith("_"):
-                continue
-            try:
-                values[key] = getattr(cfg, key)
-            except Exception:
-                continue
+        values = {key: value for key, value in vars(cfg).items() if not key.startswith("_")}
         for key, value in sorted(values.items()):
             if isinstance(value, bool):
                 continue
