@@ -7,24 +7,17 @@ The flow is visible in the subpackages: ``rewrite`` (libcst source rewrites) -> 
 
 __version__ = "0.1.0"
 
-from .partition import Subgraph, partition_graph, run_subgraphs, trace_subgraphs
-from .trace import (
-    DEFAULT_IGNORE,
-    DroppedInputError,
-    HookError,
-    InputMismatchError,
-    MissingInputError,
-    MissingTargetsError,
-    ModelMismatchError,
-    OutputCaptureError,
-    SampleInputError,
-    StateChangeError,
-    TargetMatchError,
-    TracingError,
-    TrainingModeError,
-    UntraceableCodeError,
-    trace_graph,
-)
+# Everything below is imported on first use: `patcher --help` and `patcher patch` must not pay for
+# torch and transformers (seconds) before they are needed.
+_LAZY = {
+    "Subgraph": "partition", "partition_graph": "partition", "run_subgraphs": "partition",
+    "trace_subgraphs": "partition",
+    **{name: "trace" for name in (
+        "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "MissingInputError",
+        "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
+        "StateChangeError", "TargetMatchError", "TracingError", "TrainingModeError", "UntraceableCodeError",
+        "trace_graph")},
+}
 
 
 #: Exported on first use (``from patcher import load_traceable`` works): they pull in the
@@ -33,6 +26,12 @@ LAZY_EXPORTS = ("attempt_trace", "load_traceable", "patch_file", "patch_source")
 
 
 def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
     # attempt_trace pulls in sample builders and config loading; import it on first use.
     if name == "attempt_trace":
         from .attempt import attempt_trace

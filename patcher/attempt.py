@@ -10,10 +10,10 @@ from typing import Iterable, TextIO
 
 from torch import nn
 
-from .models import build_model, load_config, resolve_model_class
+from .models import build_model, check_config_for_class, load_config, resolve_model_class
 from .partition import Subgraph, trace_subgraphs
 from .samples import is_vision_language, sample_input, text_only_note
-from .trace import DEFAULT_IGNORE, TracingError
+from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
 
 
 def zoo_recipe(model: nn.Module):
@@ -107,8 +107,9 @@ def prepare_trace(
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
     way. A single string (targets, ignore, extra_ignore) is one entry.
     """
+    config = load_config(model_id)  # first: a misspelt MODEL_ID is reported before a model module is imported
     cls = resolve_model_class(model_class)
-    config = load_config(model_id)
+    check_config_for_class(cls, config)
     model = build_model(cls, config, device="meta")
     if isinstance(sequential_targets, str):
         sequential_targets = [sequential_targets]
@@ -179,6 +180,8 @@ def attempt_trace(
     start = time.perf_counter()
     try:
         subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)
+    except TargetMatchError:
+        raise  # a mistake in the arguments (exit 2 from the CLI), not a construct that fails to trace
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {cls.__name__}:", file=out)

@@ -12,6 +12,8 @@ TRACE_EPILOG = """\
 examples:
   patcher trace LlamaForCausalLM Meta-Llama-3-8B
   patcher trace LlamaForCausalLM ./my-llama --targets LlamaDecoderLayer --targets-per-subgraph 2
+  patcher patch transformers.models.llama.modeling_llama -o patched
+  patcher trace patched/modeling_llama.py:LlamaForCausalLM Meta-Llama-3-8B   # or patched:LlamaForCausalLM
   patcher trace Qwen2VLForConditionalGeneration ./qwen2-vl/config.json --multimodal \\
       --ignore 're:model\\.visual' get_rope_index
 
@@ -23,13 +25,15 @@ decoder-layer classes (from _no_split_modules).
 patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type when its default
 targets are used: with --targets inside e.g. a vision tower, the recipe's ignore of that tower
 would swallow them); --no-default-ignore drops it.
-Exit status: 0 traced, 1 failed to trace, 2 bad arguments.
+Exit status: 0 traced, 1 failed to trace, 2 bad arguments or input (message, no traceback), 130 interrupted.
 """
 
 
 def add_model_arguments(parser) -> None:
     """MODEL_CLASS MODEL_ID [--multimodal] [--targets] [--ignore] [--no-default-ignore]: shared by commands."""
-    parser.add_argument("model_class", metavar="MODEL_CLASS", help="e.g. LlamaForCausalLM, or package.module.Class")
+    parser.add_argument("model_class", metavar="MODEL_CLASS",
+                        help="e.g. LlamaForCausalLM, package.module.Class, FILE.py:Class (a patched file) or "
+                        "FOLDER:Class (a 'patcher patch -o FOLDER' output)")
     parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
     parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
     parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
@@ -70,6 +74,7 @@ def _add_trace_parser(subparsers) -> None:
 def _run_trace(args) -> int:
     from .attempt import attempt_trace
 
+    _check_targets_per_subgraph(args)
     try:
         subgraphs = attempt_trace(
             args.model_class,
@@ -87,6 +92,15 @@ def _run_trace(args) -> int:
     return 0 if subgraphs is not None else 1
 
 
+def _check_targets_per_subgraph(args) -> None:
+    if getattr(args, "targets_per_subgraph", 1) < 1:
+        raise UsageError(f"--targets-per-subgraph must be >= 1, not {args.targets_per_subgraph}")
+
+
+class UsageError(ValueError):
+    """A bad combination of arguments: exit 2 with the message."""
+
+
 REPAIR_EPILOG = """\
 Trace-guided repair: patch MODEL_CLASS's modeling file, trace it with a sample built from
 MODEL_ID's config (meta device), map each failure back to the original source line, rewrite that
@@ -98,7 +112,7 @@ examples:
   patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
   patcher repair MyModelForCausalLM ./checkpoint --targets MyDecoderLayer
 
-Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments.
+Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments or input, 130 interrupted.
 """
 
 
@@ -112,6 +126,8 @@ def _add_repair_parser(subparsers) -> None:
     )
     add_model_arguments(parser)
     parser.add_argument("-o", "--output", metavar="DIR", help="write the repaired module and manifest here")
+    parser.add_argument("--force", action="store_true",
+                        help="with -o: overwrite an output file that the patcher did not generate")
     parser.set_defaults(handler=_run_repair)
 
 
@@ -128,42 +144,111 @@ def _run_repair(args) -> int:
     print(result.report())
     if args.output and result.model_class is not None:
         from .rewrite import patch_file
+        from .rewrite.errors import PatchError
 
-        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
-                             locations=result.locations)
+        try:
+            written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+                                 locations=result.locations, force=args.force)
+        except PatchError as exc:
+            print(f"patcher repair: error: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
     return 0 if result.traced else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: command -> its one-line help (shown by ``patcher --help`` without building the command's parser,
+#: which would import torch, transformers and libcst: seconds)
+COMMAND_HELP = {
+    "trace": "test whether a model traces and show its partition into subgraphs",
+    "graph": "draw the traced graph with its partition into subgraphs (svg, png, pdf or dot)",
+    "repair": "patch a model's modeling file, guided by tracing, until it traces",
+    "patch": "rewrite a modeling file so that torch.fx can trace it",
+}
+
+
+def _add_graph(subparsers) -> None:
+    from .render.cli import add_graph_parser
+
+    add_graph_parser(subparsers)
+
+
+def _add_patch(subparsers) -> None:
+    from .rewrite.cli import add_patch_parser
+
+    add_patch_parser(subparsers)
+
+
+_BUILDERS = {"trace": _add_trace_parser, "graph": _add_graph, "repair": _add_repair_parser, "patch": _add_patch}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``patcher`` parser. ``only``: build just that command's parser in full (the others are
+    listed with their help line only); None builds all."""
     parser = argparse.ArgumentParser(
         prog="patcher",
         description="Make transformers models traceable with torch.fx and split them into per-layer subgraphs "
         "for sequential compression (GPTQ, SparseGPT, AWQ).",
-        epilog="Run 'patcher COMMAND --help' for a command's options and examples. Guide: GUIDE.md",
+        epilog="Run 'patcher COMMAND --help' for a command's options and examples. Guide: GUIDE.md\n"
+        "Exit status: 0 ok, 1 failed to trace (patch --check: stale), 2 bad input or arguments, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_trace_parser(subparsers)
-    from .render.cli import add_graph_parser
+    from . import __version__
 
-    add_graph_parser(subparsers)
-    _add_repair_parser(subparsers)
-    try:
-        from .rewrite.cli import add_patch_parser
-    except ImportError:
-        pass
-    else:
-        add_patch_parser(subparsers)
+    parser.add_argument("--version", action="version", version=f"patcher {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, builder in _BUILDERS.items():
+        if only is None or only == name:
+            builder(subparsers)
+        else:
+            subparsers.add_parser(name, help=COMMAND_HELP[name])
     return parser
 
 
+def _command_in(argv: list[str]) -> str:
+    """The command named in ``argv`` ('' when none: then no command parser needs building)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in _BUILDERS else ""
+    return ""
+
+
+def _user_errors() -> tuple[type, ...]:
+    """Exceptions that report a mistake in the input, not a bug: a message and exit 2, no traceback."""
+    from .models import UserInputError
+
+    errors: list[type] = [UserInputError, UsageError]
+    for module, name in (("patcher.rewrite.errors", "PatchError"), ("patcher.trace.errors", "TargetMatchError"),
+                         ("patcher.trace.errors", "SampleInputError")):
+        loaded = sys.modules.get(module)  # only what the command imported can have been raised
+        if loaded is not None:
+            errors.append(getattr(loaded, name))
+    return tuple(errors)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "handler", None) is None:
-        parser.print_help()
+    command = "patcher"
+    try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(only=_command_in(argv))
+        args = parser.parse_args(argv)
+        if getattr(args, "handler", None) is None:
+            parser.print_help()
+            return 2
+        command = f"patcher {args.command}"
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted; no output file was left half-written (run the command again)",
+              file=sys.stderr)
+        return 130
+    except RecursionError:
+        print(f"{command}: error: the input is too deeply nested (or an expression too long) for the patcher; "
+              "split the expression or function", file=sys.stderr)
         return 2
-    return args.handler(args)
+    except Exception as exc:
+        if isinstance(exc, _user_errors()):
+            print(f"{command}: error: {exc}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

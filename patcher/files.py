@@ -1,22 +1,134 @@
-"""Writing generated files: atomically, so a crash never leaves half a file behind."""
+"""Writing generated files: atomically, so a crash never leaves half a file behind.
+
+* Files get the mode any other tool would give them: ``0666 & ~umask`` for a new file, the
+  existing mode for a file that is replaced (``tempfile.mkstemp`` alone would give ``0600``).
+* :func:`write_pair_atomic` writes several files as a unit: every temporary file is written
+  first, then all are renamed, under an exclusive lock on the folder, so parallel writers never
+  interleave. (Two renames are not one atomic step: a kill between them is caught by the
+  content hash that a manifest records, see ``patcher.rewrite.api``.)
+* Temporary files are named ``.<name>.<pid>.<random>.tmp``; a temporary file whose process is
+  gone (a killed writer) is removed by the next write to that folder.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Iterable
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows
+    fcntl = None
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
+
+#: test hook: ``TRACEZOO_TEST_PAUSE_BETWEEN_RENAMES=SECONDS`` sleeps between the temporary
+#: files being written and renamed (so a test can kill a writer at the worst moment).
+_PAUSE_ENV = "TRACEZOO_TEST_PAUSE_BETWEEN_RENAMES"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove ``.<name>.<pid>.<x>.tmp`` files in ``folder`` whose writer process is gone."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP.match(entry.name)
+        if match and not _pid_alive(int(match.group("pid"))):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """An exclusive ``flock`` on ``folder`` itself (no lock file is left behind)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_temporary(path: Path, text: str) -> str:
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    try:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return temporary
+
+
+def write_pair_atomic(files: Iterable[tuple[str | os.PathLike, str]]) -> None:
+    """Write every ``(path, text)`` (all in one folder): temporary files first, then the renames.
+
+    Either all temporary files are written and renamed, or (on an error while writing) none is
+    renamed and no temporary file is left.
+    """
+    files = [(Path(path), text) for path, text in files]
+    if not files:
+        return
+    folder = files[0][0].parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder):
+        clean_stale_temporaries(folder)
+        temporaries: list[str] = []
+        try:
+            for path, text in files:
+                temporaries.append(_write_temporary(path, text))
+            pause = os.environ.get(_PAUSE_ENV)
+            if pause:
+                import time
+
+                time.sleep(float(pause))
+            for (path, _), temporary in zip(files, temporaries):
+                os.replace(temporary, path)
+        except BaseException:
+            for temporary in temporaries:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            raise
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_pair_atomic([(path, text)])

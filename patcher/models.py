@@ -7,13 +7,19 @@ device: a real-size config needs no memory for its weights.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import importlib.util
 import json
 import os
+import re
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import AutoConfig, PretrainedConfig
+if TYPE_CHECKING:  # torch and transformers are imported on first use: `patcher --help` stays fast
+    import torch
+    from transformers import PretrainedConfig
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -33,69 +39,258 @@ def model_id_help() -> str:
     )
 
 
-def resolve_model_class(model_class: str | type) -> type:
-    """``"LlamaForCausalLM"``, ``"zoo.TraceableLlavaForConditionalGeneration"``, or a class."""
+class UserInputError(ValueError):
+    """A mistake in what the user asked for (a model class, a MODEL_ID, a config): the CLI prints
+    ``patcher CMD: error: <message>`` and exits 2, never a traceback."""
+
+
+def _load_file_class(path: Path, class_name: str) -> type:
+    """``class_name`` from the Python file ``path`` (e.g. a ``patcher patch`` output)."""
+    if not path.is_file():
+        raise UserInputError(f"{path}: no such file; give FILE.py:ClassName or FOLDER:ClassName")
+    safe_stem = re.sub(r"\W", "_", path.stem)
+    module_name = f"_tracezoo_user_{safe_stem}_{abs(hash(str(path.resolve())))}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            del sys.modules[module_name]
+            raise UserInputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}; fix the file or regenerate it "
+                                 "with patcher patch") from None
+        except ImportError as exc:
+            del sys.modules[module_name]
+            raise UserInputError(f"{path}: importing it failed: {exc}; install what it imports") from None
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    value = getattr(module, class_name, None)
+    if not isinstance(value, type):
+        classes = [n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module_name]
+        close = difflib.get_close_matches(class_name, classes, n=1)
+        raise UserInputError(f"{path}: no class {class_name!r} in this file"
+                             + (f"; did you mean {close[0]!r}?" if close else ""))
+    return value
+
+
+def _resolve_path_class(spec: str) -> type | None:
+    """``FILE.py:Class``, ``FOLDER:Class`` (a ``patcher patch -o FOLDER``), or None if not that form."""
+    location, sep, class_name = spec.rpartition(":")
+    if not sep or not location or not class_name.isidentifier():
+        return None
+    path = Path(location).expanduser()
+    if location.endswith(".py"):
+        return _load_file_class(path, class_name)
+    if path.is_dir():
+        candidates = sorted(p for p in path.glob("*.py")
+                            if re.search(rf"^class\s+{re.escape(class_name)}\b", p.read_text("utf-8", "replace"), re.M))
+        if not candidates:
+            raise UserInputError(f"{path}: no .py file in this folder defines class {class_name!r}")
+        return _load_file_class(candidates[0], class_name)
+    raise UserInputError(f"{location}: no such file or folder (MODEL_CLASS FILE.py:Class or FOLDER:Class)")
+
+
+def resolve_model_class(model_class: str | type, *, pretrained: bool = True) -> type:
+    """``"LlamaForCausalLM"``, ``"zoo.TraceableLlavaForConditionalGeneration"``, ``"out/modeling_x.py:Cls"``,
+    ``"out:Cls"`` (a ``patcher patch`` output folder), or a class. Raises :class:`UserInputError`.
+    ``pretrained=False`` accepts any ``nn.Module`` class (the patcher rewrites any model source;
+    building from a config needs a ``PreTrainedModel``)."""
+    _check_model_class = functools.partial(_check_class, pretrained=pretrained)
     if not isinstance(model_class, str):
-        return model_class
+        return _check_model_class(model_class, repr(model_class))
+    if ":" in model_class:
+        found = _resolve_path_class(model_class)
+        if found is not None:
+            return _check_model_class(found, model_class)
+    if model_class.endswith(".py") or os.sep in model_class:
+        raise UserInputError(f"{model_class!r} is a path: name the class too, as FILE.py:ClassName "
+                             "(e.g. patched/modeling_llama.py:LlamaForCausalLM)")
     if "." in model_class:
         module_name, _, attribute = model_class.rpartition(".")
-        return getattr(importlib.import_module(module_name), attribute)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserInputError(f"cannot import {module_name!r} for model class {model_class!r} ({exc}); give an "
+                                 "importable package.module.ClassName, a transformers class name, or "
+                                 "FILE.py:ClassName") from None
+        value = getattr(module, attribute, None)
+        if not isinstance(value, type):
+            close = difflib.get_close_matches(attribute, [n for n in dir(module) if not n.startswith("_")], n=1)
+            raise UserInputError(f"module {module_name!r} has no class {attribute!r}"
+                                 + (f"; did you mean {module_name}.{close[0]}?" if close else ""))
+        return _check_model_class(value, model_class)
     for module_name in ("transformers", "zoo"):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
             continue
-        value = getattr(module, model_class, None)
+        try:
+            value = getattr(module, model_class, None)
+        except Exception:  # transformers' lazy module raises for broken optional imports
+            value = None
         if isinstance(value, type):
-            return value
-    raise ValueError(
-        f"unknown model class {model_class!r}: give a transformers class name (LlamaForCausalLM), "
-        "a zoo class name, or a dotted path (package.module.ClassName)"
+            return _check_model_class(value, model_class)
+    import transformers
+
+    names = [n for n in dir(transformers) if n.endswith(("Model", "LM", "Generation"))]
+    close = difflib.get_close_matches(model_class, names, n=1)
+    raise UserInputError(
+        f"unknown model class {model_class!r}: "
+        + (f"did you mean {close[0]!r}? " if close else "")
+        + "give a transformers class name (LlamaForCausalLM), a zoo class name, a dotted path "
+        "(package.module.ClassName) or FILE.py:ClassName"
     )
 
 
+def _check_class(cls, shown: str, *, pretrained: bool = True) -> type:
+    from torch import nn
+    from transformers import PreTrainedModel
+
+    if not pretrained and isinstance(cls, type) and issubclass(cls, nn.Module):
+        return cls
+    if not isinstance(cls, type) or not issubclass(cls, PreTrainedModel):
+        raise UserInputError(f"{shown} is not a transformers model class (a PreTrainedModel subclass built from a "
+                             "config); give one such as LlamaForCausalLM")
+    return cls
+
+
+def _looks_local(model_id: str) -> bool:
+    """A MODEL_ID that is clearly a local path, not a hub id (org/name)."""
+    text = str(model_id)
+    if text.startswith((".", "/", "~")) or text.endswith(".json") or text.count("/") > 1 or os.sep != "/" and os.sep in text:
+        return True
+    head = text.split("/", 1)[0]
+    return "/" in text and Path(head).is_dir()
+
+
 def load_config(model_id: str | os.PathLike) -> PretrainedConfig:
-    """A config from a ``from_pretrained`` directory, a config JSON, a bundled name or a hub id."""
-    path = Path(model_id)
+    """A config from a ``from_pretrained`` directory, a config JSON, a bundled name or a hub id.
+
+    Raises :class:`UserInputError` naming the file (and line, for invalid JSON) and the fix."""
+    path = Path(model_id).expanduser()
     if path.is_dir():
-        return AutoConfig.from_pretrained(path)
+        if not (path / "config.json").is_file():
+            raise UserInputError(f"{path}: this folder has no config.json; give a folder saved with save_pretrained "
+                                 "or the config file itself")
+        _config_from_json(path / "config.json")  # the same checks, with the file's name and line
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(path)
+        except Exception as exc:
+            raise UserInputError(f"{path}: cannot load the config: {exc}; check the folder") from None
     if path.is_file():
         return _config_from_json(path)
     bundled = CONFIG_DIR / f"{model_id}.json"
     if bundled.is_file():
         return _config_from_json(bundled)
+    if _looks_local(str(model_id)):
+        raise UserInputError(f"{model_id}: no such file or directory (a MODEL_ID that is a local path must exist; "
+                             "hub ids are written org/name)")
     if "/" not in str(model_id):
         # not a hub id (those are ``org/name``): asking the hub anyway costs ~30 s of retries offline
         close = difflib.get_close_matches(str(model_id), bundled_config_names(), n=1, cutoff=0.6)
-        raise ValueError(
+        raise UserInputError(
             f"cannot load a config for {str(model_id)!r}: it is not a directory, not a config file and not a "
             f"bundled config ({', '.join(bundled_config_names())}); "
             + (f"did you mean {close[0]!r}? " if close else "")
             + f"To bundle one, save the model's config.json as {CONFIG_DIR / (str(model_id) + '.json')}; "
             "hub ids are written org/name"
         )
+    from transformers import AutoConfig
+
     try:
         return AutoConfig.from_pretrained(str(model_id))
     except Exception as exc:  # no network here, or an unknown id
-        raise ValueError(
+        raise UserInputError(
             f"cannot load a config for {str(model_id)!r}: it is not a directory, not a config file, not a bundled "
             f"config ({', '.join(bundled_config_names())}), and the hub lookup failed ({exc.__class__.__name__})"
         ) from exc
 
 
 def _config_from_json(path: Path) -> PretrainedConfig:
-    data = json.loads(path.read_text())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserInputError(f"{path}: cannot read the config ({exc}); check the file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserInputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno}); fix the file "
+                             "(a config.json is one JSON object)") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}:1: a config must be a JSON object ({{\"model_type\": ...}}), not a "
+                             f"{type(data).__name__}")
     model_type = data.get("model_type")
     if model_type is None:
-        raise ValueError(f"{path}: config has no 'model_type', so its config class is unknown")
-    return AutoConfig.for_model(**data)
+        raise UserInputError(f"{path}: config has no 'model_type', so its config class is unknown; add e.g. "
+                             "\"model_type\": \"llama\"")
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.for_model(**data)
+    except Exception as exc:  # unknown model_type, values transformers' validators reject
+        cause = str(exc).strip().splitlines()
+        raise UserInputError(f"{path}: invalid config: {' '.join(line.strip() for line in cause)}; fix the value "
+                             "in the file") from None
+    problems = config_problems(config)
+    if problems:
+        raise UserInputError(f"{path}: inconsistent config: {'; '.join(problems)}; fix the values in the file")
+    return config
+
+
+_SIZE = re.compile(r"(^num_|_size$|_heads$|_layers$|_dim$|^max_position_embeddings$)")
+
+
+def config_problems(config) -> list[str]:
+    """Values no model can be built from: negative sizes, heads that do not divide (also in sub-configs)."""
+    problems: list[str] = []
+    seen = set()
+
+    def visit(cfg, prefix):
+        if id(cfg) in seen:
+            return
+        seen.add(id(cfg))
+        values = {key: value for key, value in vars(cfg).items() if not key.startswith("_")}
+        for key, value in sorted(values.items()):
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int) and _SIZE.search(key) and value < 0:
+                problems.append(f"{prefix}{key} is {value}, a size must not be negative")
+            elif hasattr(value, "to_dict") and hasattr(value, "model_type") and key.endswith("config"):
+                visit(value, f"{prefix}{key}.")
+        heads, kv = values.get("num_attention_heads"), values.get("num_key_value_heads")
+        if isinstance(heads, int) and isinstance(kv, int) and not isinstance(kv, bool):
+            if kv <= 0 or heads <= 0 or heads % kv:
+                problems.append(f"{prefix}num_key_value_heads ({kv}) must divide num_attention_heads ({heads})")
+
+    visit(config, "")
+    return problems
+
+
+def check_config_for_class(model_class: type, config) -> None:
+    """Raise :class:`UserInputError` when ``config`` is of another architecture than ``model_class``."""
+    expected = getattr(model_class, "config_class", None)
+    if not isinstance(expected, type) or isinstance(config, expected):
+        return
+    expected_type = getattr(expected, "model_type", "") or expected.__name__
+    raise UserInputError(
+        f"{model_class.__name__} expects a {expected.__name__} (model_type {expected_type!r}), but the config is a "
+        f"{type(config).__name__} (model_type {getattr(config, 'model_type', '?')!r}): use the model class of that "
+        f"architecture, or a {expected_type} config"
+    )
 
 
 def build_model(model_class: type, config: PretrainedConfig, device: str | torch.device = "meta"):
     """Instantiate ``model_class`` from ``config`` on ``device`` (``meta``: no weight memory)."""
+    import torch
+
     with torch.device(device):
         model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
     return model.eval()
 
 
-__all__ = ["build_model", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]
+__all__ = ["UserInputError", "build_model", "check_config_for_class", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

@@ -201,7 +201,7 @@ def load_traceable(
     """
     from .rewrite import patch_source
 
-    cls = resolve_model_class(model_class)
+    cls = resolve_model_class(model_class, pretrained=False)
     if cls.__module__.startswith(GENERATED_PREFIX):
         if targets or ignore or locations:
             raise TraceableLoadError(

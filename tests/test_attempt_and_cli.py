@@ -96,7 +96,9 @@ def test_unknown_config_name_without_org_is_refused_at_once_with_a_suggestion(mo
     def no_hub(*args, **kwargs):
         raise AssertionError("a name without org/ is no hub id: the hub must not be asked")
 
-    monkeypatch.setattr(models.AutoConfig, "from_pretrained", no_hub)
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_hub)
     with pytest.raises(ValueError, match=r"did you mean 'Qwen2-VL-2B-Instruct'\?.*save the model's config.json as"):
         models.load_config("Qwen2-VL-2B-Instruc")
 

@@ -91,3 +91,40 @@ def test_readme_names_every_zoo_model():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     missing = [name for name in export_names() if name.endswith("ForConditionalGeneration") and f"`{name}`" not in readme]
     assert not missing, f"README.md's zoo list lacks {missing}"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def markdown_files():
+    return [REPO / "README.md", REPO / "GUIDE.md", *sorted((REPO / "docs").glob("*.md")),
+            *sorted((REPO / "zoo").glob("*/README.md"))]
+
+
+def missing_link_targets(path: Path) -> list[str]:
+    """Links in ``path`` to files that are not in the repository (notes kept outside it, typos)."""
+    missing = []
+    text = path.read_text(encoding="utf-8")
+    for match in LINK.finditer(text):
+        target = match["target"].split("#", 1)[0]
+        if not target or re.match(r"^[a-z]+:", target):
+            continue  # an anchor in the same file, or a URL
+        resolved = (path.parent / target).resolve()
+        line = text[: match.start()].count("\n") + 1
+        if not resolved.exists() or REPO not in (resolved, *resolved.parents):
+            missing.append(f"{path.relative_to(REPO)}:{line}: {match['target']}")
+    return missing
+
+
+def test_markdown_links_point_to_files_in_the_repository():
+    missing = [entry for path in markdown_files() for entry in missing_link_targets(path)]
+    assert not missing, "links to files that are not in the repository:\n" + "\n".join(missing)
+
+
+def test_link_check_catches_a_link_outside_the_repository(tmp_path):
+    doc = REPO / "docs" / "_link_check_probe.md"
+    doc.write_text("see [notes](../../shared/notes.md) and [guide](../GUIDE.md)\n")
+    try:
+        assert missing_link_targets(doc) == ["docs/_link_check_probe.md:1: ../../shared/notes.md"]
+    finally:
+        doc.unlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..cli import add_model_arguments
@@ -54,6 +55,7 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
                         help="put N consecutive targets in each subgraph (default 1)")
     parser.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
                         help="one box per subgraph: auto (default: for large graphs), yes, or no (every node)")
+    parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     parser.add_argument("--title", metavar="TEXT", help="title above the picture (default: model and counts)")
     parser.add_argument("--dpi", type=float, metavar="N", help="PNG resolution (graphviz default: 96)")
     parser.set_defaults(handler=run_graph)
@@ -63,12 +65,19 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 def run_graph(args) -> int:
     from ..cli import prepare_from_arguments
     from ..partition import partition_graph
-    from ..trace import TracingError, trace_graph
+    from ..trace import TargetMatchError, TracingError, trace_graph
     from . import GRAPHVIZ_FORMATS, TEXT_FORMATS, GraphvizNotFoundError, find_dot, render_partition, should_collapse
 
     fmt = args.output.rsplit(".", 1)[-1].lower() if "." in args.output else ""
     if fmt not in GRAPHVIZ_FORMATS + TEXT_FORMATS:
         print(f"patcher graph: error: cannot tell the format of {args.output!r}: use .svg, .png, .pdf or .dot",
+              file=sys.stderr)
+        return 2
+    if os.path.isdir(args.output):
+        print(f"patcher graph: error: {args.output} is a folder; -o names the picture file to write", file=sys.stderr)
+        return 2
+    if os.path.exists(args.output) and not args.force:
+        print(f"patcher graph: error: {args.output} exists; overwrite it with --force or choose another -o FILE",
               file=sys.stderr)
         return 2
     if fmt in GRAPHVIZ_FORMATS and find_dot() is None:
@@ -89,6 +98,9 @@ def run_graph(args) -> int:
     try:
         traced = trace_graph(model, setup.sample, targets, setup.ignore)
         subgraphs = partition_graph(traced, model, args.targets_per_subgraph)
+    except TargetMatchError as exc:
+        print(f"patcher graph: error: {exc}", file=sys.stderr)
+        return 2
     except TracingError as exc:
         print(f"Failed to trace {cls.__name__}:\n{exc}")
         return 1

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib.util
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import libcst as cst
 
-from ..files import write_atomic
+from ..files import write_pair_atomic
 from . import header as hdr
 from .engine import Blocker, Rewrite, run_rules
 from .errors import PatchError
@@ -104,6 +106,73 @@ def patch_source(
     shown_file = fields.get("source file") or _display_file(source_path, module_name)
     filename = os.path.basename(shown_file) if shown_file != "<string>" else (
         (module_name.rsplit(".", 1)[-1] + ".py") if module_name else "<string>")
+    _precheck(body, path=source_path or shown_file, offset=offset)
+    try:
+        return _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
+                             source_path)
+    except RecursionError:
+        line = _busiest_line(body) + offset
+        raise PatchError("expression too long or too deeply nested for the patcher (Python recursion limit); "
+                         "split it into several statements", path=source_path or shown_file, line=line) from None
+
+
+#: larger list/tuple/set/dict literals are refused: data, not model code (libcst needs ~0.1 ms and
+#: ~15 KB per element: an 800 KB list took 37 s and 2 GB)
+MAX_LITERAL_ELEMENTS = 10000
+
+#: deeper ASTs are refused before libcst sees them: its native parser may overflow the C stack
+MAX_AST_DEPTH = 200
+
+
+def _precheck(body: str, *, path: str, offset: int) -> None:
+    """Syntax errors with CPython's exact line, and nesting libcst could not survive."""
+    import ast
+
+    try:
+        tree = ast.parse(body)
+    except SyntaxError as exc:
+        raise PatchError(f"syntax error: {exc.msg}", path=path, line=(exc.lineno or 1) + offset) from None
+    except (RecursionError, MemoryError):
+        raise PatchError("too deeply nested for the patcher; split the expression or function", path=path,
+                         line=_busiest_line(body) + offset) from None
+    stack = [(tree, 0, 1)]
+    while stack:
+        node, depth, line = stack.pop()
+        line = getattr(node, "lineno", line)
+        if depth > MAX_AST_DEPTH:
+            raise PatchError(f"nesting deeper than {MAX_AST_DEPTH} levels: too deep for the patcher; split the "
+                             "expression or function", path=path, line=line + offset)
+        size = len(getattr(node, "elts", None) or getattr(node, "keys", None) or ()) if isinstance(
+            node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) else 0
+        if size > MAX_LITERAL_ELEMENTS:
+            raise PatchError(f"a literal with {size} elements (over {MAX_LITERAL_ELEMENTS}): data, not model code, and "
+                             "too slow to rewrite; move it to a data file (JSON, .npy) that the module loads",
+                             path=path, line=line + offset)
+        stack.extend((child, depth + 1, line) for child in ast.iter_child_nodes(node))
+
+
+def _busiest_line(body: str) -> int:
+    """The first line of the logical line with the most tokens (where a recursion limit is hit)."""
+    import io
+    import tokenize
+
+    best, best_count, start, count = 1, -1, None, 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(body).readline):
+            if start is None:
+                start = token.start[0]
+            count += 1
+            if token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                if count > best_count:
+                    best, best_count = start, count
+                start, count = None, 0
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return best
+
+
+def _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
+                  source_path) -> PatchResult:
     try:
         module = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:
@@ -200,6 +269,39 @@ def _has_model_classes(module: cst.Module) -> bool:
     return False
 
 
+def read_source(path: Path) -> str:
+    """A source file's text: its ``coding:`` line honoured, line endings (CRLF) kept byte for byte.
+
+    A non-UTF-8 coding line is rewritten to ``utf-8``, since the output is written in UTF-8."""
+    import io
+    import tokenize
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PatchError(f"cannot read ({exc.strerror or exc}); check the path and its permissions",
+                         path=str(path), line=0) from None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError) as exc:
+        raise PatchError(f"cannot read: {exc}; fix the coding line", path=str(path), line=1) from None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise PatchError(f"cannot decode byte {data[exc.start]:#04x} as {encoding}: save the file as UTF-8 or "
+                         "declare its encoding with a '# -*- coding: NAME -*-' line", path=str(path), line=line) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if encoding.lower().replace("_", "-") not in ("utf-8", "utf-8-sig"):
+        lines = text.splitlines(True)
+        for index in range(min(2, len(lines))):
+            if re.match(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", lines[index]):
+                lines[index] = re.sub(r"(coding[:=][ \t]*)[-\w.]+", r"\g<1>utf-8", lines[index], count=1)
+                break
+        text = "".join(lines)
+    return text
+
+
 def output_paths(source_path: Path, output_dir: str | os.PathLike) -> tuple[Path, Path]:
     out = Path(output_dir) / f"{source_path.stem}.py"
     return out, out.with_name(f"{source_path.stem}.manifest.json")
@@ -230,10 +332,7 @@ def patch_file(
     ('modeling_llava.py', ['TZ102', 'TZ103', 'TZ106'])
     """
     path, module_name = _locate(module_or_path)
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PatchError(f"cannot read: {exc}", path=str(path), line=0) from None
+    source = read_source(path)
     result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
                           ignore=ignore, locations=locations)
     _, body = hdr.split_header(source)
@@ -242,19 +341,81 @@ def patch_file(
                          path=str(path), line=1)
     out, manifest_path = output_paths(path, output_dir)
     result.output_path = out
+    _check_output_folder(Path(output_dir))
     if out.resolve() == path.resolve() and not hdr.has_header(source):
-        raise PatchError("output would overwrite the source file", path=str(out), line=0)
-    existing = out.read_text(encoding="utf-8") if out.is_file() else None
+        raise PatchError("output would overwrite the source file; choose another -o folder", path=str(out), line=0)
+    for target in (out, manifest_path):
+        if target.exists() and not target.is_file():
+            raise PatchError("output path exists and is not a file: move it away or choose another -o folder",
+                             path=str(target), line=0)
+    existing = _read_existing(out)
+    manifest_text = _read_existing(manifest_path)
+    result.manifest["code_sha256"] = _sha256(result.code)
     if check:
-        result.manifest["up_to_date"] = existing == result.code
+        # the pair is current only if the manifest is ours and records this very .py (a kill between
+        # the two renames leaves a new .py with the old manifest: stale)
+        recorded = _manifest_hash(manifest_text) if manifest_text is not None else None
+        result.manifest["up_to_date"] = (existing == result.code and manifest_text is not None
+                                         and _is_our_manifest(manifest_text)
+                                         and recorded in (None, _sha256(existing)))
         result.source = existing if existing is not None else ""
         return result
-    if out.exists() and not out.is_file():
-        raise PatchError("output path exists and is not a file", path=str(out), line=0)
     if existing is not None and not hdr.has_header(existing) and not force:
-        raise PatchError("output file exists and was not generated by the patcher (use force=True / --force)",
-                         path=str(out), line=1)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, result.code)
-    write_atomic(manifest_path, json.dumps(result.manifest, indent=2, sort_keys=True) + "\n")
+        raise PatchError("output file exists and was not generated by the patcher; move it away, choose another "
+                         "-o folder, or overwrite it with --force (force=True)", path=str(out), line=1)
+    if manifest_text is not None and not _is_our_manifest(manifest_text) and not force:
+        raise PatchError("manifest file exists and was not written by the patcher; move it away, choose another "
+                         "-o folder, or overwrite it with --force (force=True)", path=str(manifest_path), line=1)
+    try:
+        write_pair_atomic([(manifest_path, json.dumps(result.manifest, indent=2, sort_keys=True) + "\n"),
+                           (out, result.code)])
+    except OSError as exc:
+        raise PatchError(f"cannot write the output ({exc.strerror or exc}): check the folder's permissions and "
+                         "free space, or choose another -o folder; nothing was written",
+                         path=str(exc.filename or out), line=0) from None
     return result
+
+
+def _sha256(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _read_existing(path: Path) -> str | None:
+    """An existing file's text (undecodable bytes kept as surrogates), or None if there is none."""
+    if not path.is_file():
+        return None
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise PatchError(f"cannot read the existing output ({exc.strerror or exc}); check its permissions",
+                         path=str(path), line=0) from None
+
+
+def _manifest_json(text: str):
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _is_our_manifest(text: str) -> bool:
+    data = _manifest_json(text)
+    return data is not None and "patcher_version" in data and "rules_applied" in data
+
+
+def _manifest_hash(text: str) -> str | None:
+    data = _manifest_json(text)
+    return data.get("code_sha256") if data is not None else None
+
+
+def _check_output_folder(folder: Path) -> None:
+    for parent in (folder, *folder.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise PatchError("the -o folder is (or is inside) an existing file, not a folder; choose a folder",
+                                 path=str(parent), line=0)
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PatchError("the -o folder is not writable; fix its permissions or choose another folder",
+                                 path=str(parent), line=0)
+            return

@@ -71,8 +71,37 @@ def add_patch_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_names(module: str, targets, ignore) -> str | None:
+    """A message when a --targets class or --ignore name does not occur in the source at all."""
+    import re
+
+    from .api import _locate, read_source
+
+    path, _ = _locate(module)
+    source = read_source(path)
+    words = set(re.findall(r"\w+", source))
+    classes = sorted(set(re.findall(r"^\s*class\s+(\w+)", source, re.M)))
+    for target in targets:
+        if target not in classes:
+            close = difflib.get_close_matches(target, classes, n=1)
+            return (f"{path}: --targets {target}: no class {target!r} is defined in this file"
+                    + (f"; did you mean {close[0]!r}?" if close else "")
+                    + (f" (classes here: {', '.join(classes[:12])}{' ...' if len(classes) > 12 else ''})"))
+    for name in ignore:
+        last = name.rsplit(".", 1)[-1]
+        if last not in words:
+            close = difflib.get_close_matches(last, sorted(words), n=1)
+            return (f"{path}: --ignore {name}: {last!r} does not occur in this file, so it would ignore nothing"
+                    + (f"; did you mean {close[0]!r}?" if close else ""))
+    return None
+
+
 def run_patch(args: argparse.Namespace) -> int:
     try:
+        problem = _unknown_names(args.module, args.targets, args.ignore)
+        if problem:
+            print(f"patcher patch: error: {problem}", file=sys.stderr)
+            return 2
         result = patch_file(args.module, args.output_dir, targets=args.targets, ignore=args.ignore,
                             force=args.force, check=args.check)
     except PatchError as exc:
