@@ -18,6 +18,11 @@ compare: a forward hook on ``lm_head`` records its input (the final hidden state
 and the real ``lm_head`` is applied to it afterwards. The eager reference runs in the same context
 (eager attention, no cache), so the two are expected to be bit-equal; a second comparison against a
 plain ``model(**sample)`` (the model's own attention implementation) allows float tolerance.
+
+Two ignore lists: ``oneshot`` (its default ``tracing_ignore``, what a user gets) and
+``oneshot+fx_wrapped`` (plus the ``torch.fx.wrap`` names of the model's modeling modules, the
+workaround for the Qwen VL failure below). Results and causes: GUIDE.md, "Using tracezoo classes in
+llm-compressor"; every expected failure below was reproduced and its cause read in the source.
 """
 
 from __future__ import annotations
@@ -59,6 +64,27 @@ _LOST_FX_WRAP = (
     "control flow). Workaround: add the module's fx-wrapped names to tracing_ignore (ignore_mode "
     "'oneshot+fx_wrapped')"
 )
+#: transformers > 5.17 (outside llmcompressor 0.14's range, only with LLMC_TRANSFORMERS=5.23.0): the
+#: VLM forwards fill a dict, ``mm_encoder_outputs["image"] = self.get_image_features(...)``, inside
+#: ``if ... pixel_values is not None``. llm-compressor's AutoWrapper (ast_utils/auto_wrapper.py) wraps
+#: that ``if`` into a function returning ``()``: the fill happens only at run time, on a dict the graph
+#: never reads again, and the next wrapped ``if mm_encoder_outputs.get("image") is not None`` saw an
+#: empty dict while tracing. The chain silently ignores the image (LLaVA: bit-equal to eager without
+#: pixel_values). The original transformers classes fail the same way.
+_DROPPED_IMAGE = (
+    "llm-compressor's AutoWrapper wraps `mm_encoder_outputs['image'] = self.get_image_features(...)` "
+    "(transformers > 5.17) into a function returning (), so the traced chain never merges the image: "
+    "silent wrong result, the original class too"
+)
+
+
+def _fills_mm_encoder_outputs(model) -> bool:
+    import inspect
+
+    inner = getattr(model, "model", None)
+    return inner is not None and "mm_encoder_outputs" in inspect.signature(type(inner).forward).parameters
+
+
 XFAIL: dict[tuple[str, str], tuple[type[BaseException], str]] = {
     ("qwen2_vl", "oneshot"): (RuntimeError, _LOST_FX_WRAP.format(
         forward="Qwen2VLTextModel.forward", wrapped="_wrapped_forward_position_ids_ndim_shape")),
@@ -186,6 +212,8 @@ def test_llmcompressor_sequential_chain_equals_eager(case, ignore_mode, request)
         error, reason = XFAIL[case, ignore_mode]
         request.applymarker(pytest.mark.xfail(raises=error, reason=reason, strict=True))
     model, samples, targets = CASES[case]()
+    if (case, ignore_mode) not in XFAIL and _fills_mm_encoder_outputs(model):
+        request.applymarker(pytest.mark.xfail(raises=AssertionError, reason=_DROPPED_IMAGE, strict=True))
     hook = LmHeadInput(model)
     try:
         ignore = ONESHOT_IGNORE + (fx_wrapped_names(model) if ignore_mode == "oneshot+fx_wrapped" else [])
