@@ -240,3 +240,34 @@ def test_llmcompressor_sequential_chain_equals_eager(case, ignore_mode, request)
             torch.testing.assert_close(chain[real], plain[real])
     finally:
         hook.handle.remove()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_llmcompressor_oneshot_gptq_runs(case, tmp_path):
+    """End to end: ``oneshot`` with GPTQ (W8A8 on the decoder's Linears) and the sequential pipeline,
+    calibrating on the case's samples. It must finish and quantize every targeted Linear. The ignore
+    list is ``oneshot``'s default plus the fx-wrapped names (the Qwen VL workaround above)."""
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.quantization import GPTQModifier
+
+    model, samples, targets = CASES[case]()
+    if _fills_mm_encoder_outputs(model):
+        pytest.skip("transformers > 5.17: llm-compressor drops the image (see the chain test); outside its range")
+    # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
+    # dataset is given (a DataLoader of ready batches needs none).
+    model.config.save_pretrained(tmp_path)
+    model.config._name_or_path = str(tmp_path)
+    loader = torch.utils.data.DataLoader(samples, batch_size=None)
+    skip = ["lm_head", "re:.*visual.*", "re:.*vision.*", "re:.*projector.*"]
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential", sequential_targets=targets,
+            recipe=GPTQModifier(targets="Linear", scheme="W8A8", ignore=skip),
+            tracing_ignore=ONESHOT_IGNORE + fx_wrapped_names(model), num_calibration_samples=len(samples))
+    layers = [name for name, module in model.named_modules() if type(module).__name__ in targets]
+    quantized = [name for name, module in model.named_modules()
+                 if isinstance(module, torch.nn.Linear) and any(name.startswith(layer + ".") for layer in layers)]
+    assert quantized
+    for name in quantized:
+        module = model.get_submodule(name)
+        assert hasattr(module, "weight_scale"), f"{name} was not quantized"
+        assert not torch.equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
