@@ -10,14 +10,26 @@ __version__ = "0.1.0"
 from .partition import Subgraph, partition_graph, run_subgraphs, trace_subgraphs
 from .trace import (
     DEFAULT_IGNORE,
+    DroppedInputError,
+    HookError,
+    InputMismatchError,
+    MissingInputError,
     MissingTargetsError,
+    ModelMismatchError,
+    OutputCaptureError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
     TracingError,
+    TrainingModeError,
     UntraceableCodeError,
     trace_graph,
 )
+
+
+#: Exported on first use (``from patcher import load_traceable`` works): they pull in the
+#: rewriter, sample builders and config loading.
+LAZY_EXPORTS = ("attempt_trace", "load_traceable", "patch_file", "patch_source")
 
 
 def __getattr__(name):
@@ -26,24 +38,38 @@ def __getattr__(name):
         from .attempt import attempt_trace
 
         return attempt_trace
-    if name in ("patch_source", "patch_file", "load_traceable"):
+    if name in ("patch_source", "patch_file"):
         from . import rewrite
 
         return getattr(rewrite, name)
+    if name == "load_traceable":
+        from .traceable import load_traceable
+
+        return load_traceable
     raise AttributeError(f"module 'patcher' has no attribute {name!r}")
 
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "DroppedInputError",
+    "HookError",
+    "InputMismatchError",
+    "MissingInputError",
     "MissingTargetsError",
+    "ModelMismatchError",
+    "OutputCaptureError",
     "SampleInputError",
     "StateChangeError",
     "Subgraph",
     "TargetMatchError",
     "TracingError",
+    "TrainingModeError",
     "UntraceableCodeError",
     "attempt_trace",
+    "load_traceable",
     "partition_graph",
+    "patch_file",
+    "patch_source",
     "run_subgraphs",
     "trace_graph",
     "trace_subgraphs",

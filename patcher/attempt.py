@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, TextIO
 
@@ -11,7 +12,7 @@ from torch import nn
 
 from .models import build_model, load_config, resolve_model_class
 from .partition import Subgraph, trace_subgraphs
-from .samples import sample_input
+from .samples import is_vision_language, sample_input, text_only_note
 from .trace import DEFAULT_IGNORE, TracingError
 
 
@@ -96,14 +97,15 @@ def prepare_trace(
     model_class: str | type,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | None = None,
-    extra_ignore: Iterable[str] = (),
+    ignore: Iterable[str] | str | None = None,
+    extra_ignore: Iterable[str] | str = (),
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
 
     ``ignore=None`` means ``DEFAULT_IGNORE``, plus the zoo recipe's additions when the recipe's
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
-    targets chosen inside a vision tower). ``extra_ignore`` is added either way.
+    targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
+    way. A single string (targets, ignore, extra_ignore) is one entry.
     """
     cls = resolve_model_class(model_class)
     config = load_config(model_id)
@@ -115,41 +117,68 @@ def prepare_trace(
         spec = zoo_recipe(model)
         with_recipe = spec is not None and not sequential_targets
         ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if with_recipe else [])
+    if isinstance(ignore, str):
+        ignore = [ignore]
+    if isinstance(extra_ignore, str):
+        extra_ignore = [extra_ignore]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample = sample_input(config, multimodal=multimodal_data, device="meta")
     return TraceSetup(cls, config, model, sample, targets, ignore)
 
 
+def _is_model_class(value) -> bool:
+    if isinstance(value, type):
+        return True
+    try:
+        resolve_model_class(value)
+    except Exception:  # noqa: BLE001  (not a class name: a model id)
+        return False
+    return True
+
+
+def _in_cli_order(model_class, model_id):
+    """``(model_class, model_id)``, swapping the arguments of a call in the old order
+    (``attempt_trace(model_id, model_class)``) with a deprecation warning."""
+    if not _is_model_class(model_class) and _is_model_class(model_id):
+        warnings.warn("attempt_trace(model_id, model_class) is deprecated: pass the class first, as in "
+                      "`patcher trace MODEL_CLASS MODEL_ID`", DeprecationWarning, stacklevel=3)
+        return model_id, model_class
+    return model_class, model_id
+
+
 def attempt_trace(
-    model_id: str,
     model_class: str | type,
+    model_id: str,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | None = None,
+    ignore: Iterable[str] | str | None = None,
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
-    extra_ignore: Iterable[str] = (),
+    extra_ignore: Iterable[str] | str = (),
+    unused_inputs: Iterable[str] = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
-    ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
+    The arguments come in the order of ``patcher trace MODEL_CLASS MODEL_ID``. The old order
+    (``model_id`` first) still works, with a ``DeprecationWarning``. ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
     (``Meta-Llama-3-8B``) or a hub id (where the network allows). Targets and ignores are
     resolved by :func:`prepare_trace`. Prints
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
-    >>> subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM")  # doctest: +ELLIPSIS
+    >>> subgraphs = attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B")  # doctest: +ELLIPSIS
     Tracing LlamaForCausalLM (Meta-Llama-3-8B) on the meta device, targets: LlamaDecoderLayer
     ...
     Successfully traced model into 33 subgraphs!
     """
+    model_class, model_id = _in_cli_order(model_class, model_id)
     out = out or sys.stdout
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     start = time.perf_counter()
     try:
-        subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph)
+        subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {cls.__name__}:", file=out)
@@ -162,4 +191,6 @@ def attempt_trace(
     print(format_partition(subgraphs), file=out)
     print(f"(traced in {elapsed:.2f} s)", file=out)
     print(f"Successfully traced model into {len(subgraphs)} subgraphs!", file=out)
+    if not multimodal_data and is_vision_language(setup.config):
+        print(text_only_note(setup.config), file=out)
     return subgraphs

@@ -37,6 +37,9 @@ def add_model_arguments(parser) -> None:
                         help="modules/functions to keep opaque, added to the default list")
     parser.add_argument("--no-default-ignore", action="store_true",
                         help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
+    parser.add_argument("--unused-input", nargs="+", metavar="NAME", default=[], dest="unused_inputs",
+                        help="sample inputs the model does not read (eager ignores them too); any other input "
+                        "that does not reach the graph's output is an error, never dropped silently")
 
 
 def prepare_from_arguments(args):
@@ -69,13 +72,14 @@ def _run_trace(args) -> int:
 
     try:
         subgraphs = attempt_trace(
-            args.model_id,
             args.model_class,
+            args.model_id,
             multimodal_data=args.multimodal,
             sequential_targets=args.targets,
             ignore=[] if args.no_default_ignore else None,
             extra_ignore=args.ignore,
             targets_per_subgraph=args.targets_per_subgraph,
+            unused_inputs=args.unused_inputs,
         )
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher trace: error: {exc}", file=sys.stderr)

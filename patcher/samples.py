@@ -82,5 +82,35 @@ def multimodal_sample(config: PretrainedConfig, **kwargs) -> dict[str, Any]:
     return builder(config, **kwargs)
 
 
+def is_vision_language(config: PretrainedConfig) -> bool:
+    """Whether the model has an image path: a vision sub-config, or a model type that
+    transformers maps to image-text-to-text."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return getattr(config, "vision_config", None) is not None or \
+        config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+
+def has_multimodal_sample(config: PretrainedConfig) -> bool:
+    if config.model_type not in _MULTIMODAL_BUILDERS:
+        try:
+            import zoo  # noqa: F401  (registers the zoo's builders)
+        except ImportError:
+            pass
+    return config.model_type in _MULTIMODAL_BUILDERS
+
+
+def text_only_note(config: PretrainedConfig) -> str:
+    """What a text-only trace of a vision-language model leaves out, and how to trace the rest."""
+    note = (f"note: {config.model_type} is a vision-language model and this sample had no image: the image "
+            "path (vision tower, projector, image-token merge) was not traced, and the graph cannot take "
+            "images. ")
+    if has_multimodal_sample(config):
+        return note + "Trace with --multimodal (Python: sample_input(config, multimodal=True)) to include it."
+    return note + (f"No multimodal sample builder is registered for {config.model_type!r}: pass your own sample "
+                   "with images to trace_subgraphs, or register a builder with "
+                   "patcher.samples.register_multimodal_sample.")
+
+
 def sample_input(config: PretrainedConfig, *, multimodal: bool = False, **kwargs) -> dict[str, Any]:
     return multimodal_sample(config, **kwargs) if multimodal else text_sample(config, **kwargs)

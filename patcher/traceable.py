@@ -4,6 +4,11 @@
 cache directory, imports it, and returns the class of the same name: ready to build from a
 config or ``from_pretrained`` the same checkpoints.
 
+Classes of a user's own module (a script run as ``__main__``, or any module outside transformers
+and the zoo) work too. Their module's top level is *not* run again: the generated module starts
+from the original module's globals and runs only the patched file's imports, functions and
+classes, so a script that calls ``load_traceable`` at its top level patches once.
+
 ``repair(cls, config, sample, targets)`` closes the loop with the tracer: it traces the patched
 class, maps each failure back to the statement in the original source, asks the patcher to
 rewrite that statement, and repeats until the model traces or no rule fits. Then it reports every
@@ -12,6 +17,7 @@ remaining blocker at once.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import importlib.util
@@ -35,13 +41,27 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRACEZOO_CACHE") or Path.home() / ".cache" / "tracezoo")
 
 
-def import_generated(code: str, stem: str, directory: Path | None = None) -> ModuleType:
+GENERATED_PREFIX = "_tracezoo_generated_"
+_MAX_STEM = 40  # cache file names stay short whatever the source file is called
+
+
+class TraceableLoadError(ValueError):
+    """``load_traceable`` cannot make a traceable variant of this class (and says why)."""
+
+
+def import_generated(code: str, stem: str, directory: Path | None = None, *,
+                     user_module: ModuleType | None = None) -> ModuleType:
     """Write ``code`` to ``<directory>/<stem>_<hash>.py`` (once) and import it.
 
     The content hash in the name lets different variants of one modeling file coexist.
+    With ``user_module`` (the module the code was patched from, e.g. a script's ``__main__``),
+    the generated module starts from that module's globals and runs only the code's imports,
+    functions and classes (and what the patcher added): the user's top-level statements, already
+    run once, are not run again.
     """
     digest = hashlib.sha256(code.encode()).hexdigest()[:12]
-    module_name = f"_tracezoo_generated_{stem}_{digest}"
+    stem = stem[:_MAX_STEM]
+    module_name = f"{GENERATED_PREFIX}{stem}_{digest}"
     if module_name in sys.modules:
         return sys.modules[module_name]
     path = (directory or cache_root() / "generated") / f"{stem}_{digest}.py"
@@ -51,11 +71,33 @@ def import_generated(code: str, stem: str, directory: Path | None = None) -> Mod
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        if user_module is None:
+            spec.loader.exec_module(module)
+        else:
+            _exec_definitions(code, path, module, user_module)
     except BaseException:
         del sys.modules[module_name]
         raise
-    return adopt_library_loading(module)
+    return module if user_module is not None else adopt_library_loading(module)
+
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _exec_definitions(code: str, path: Path, module: ModuleType, user_module: ModuleType) -> None:
+    """Run the definitions of ``code`` in ``module``, on top of ``user_module``'s globals.
+
+    Line numbers are kept (statements are dropped from the syntax tree, not the text), so
+    tracebacks and the tracer's diagnostics point at the generated file's lines.
+    """
+    original = Path(inspect.getsourcefile(user_module)).read_text(encoding="utf-8")
+    for name, value in vars(user_module).items():
+        if not (name.startswith("__") and name.endswith("__")):
+            module.__dict__.setdefault(name, value)
+    tree = ast.parse(code, filename=str(path))
+    tree.body = [node for node in tree.body if isinstance(node, _DEFINITIONS)
+                 or (ast.get_source_segment(code, node) or "") not in original]  # added by the patcher
+    exec(compile(tree, str(path), "exec"), module.__dict__)
 
 
 def _library_code(cls) -> bool:
@@ -114,9 +156,22 @@ def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict
 
 
 def _source_of(cls: type) -> tuple[str, str, str]:
-    module = sys.modules[cls.__module__]
-    path = inspect.getsourcefile(module)
+    module = sys.modules.get(cls.__module__)
+    try:
+        path = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        path = None
+    if path is None or not Path(path).is_file():
+        raise TraceableLoadError(
+            f"cannot make {cls.__qualname__} traceable: its module {cls.__module__!r} has no source file "
+            "(defined in an interactive session, `python -c` or a notebook?). Move the class into a .py file "
+            "and import it from there.")
     return Path(path).read_text(encoding="utf-8"), cls.__module__, path
+
+
+def _library_module(module_name: str) -> bool:
+    """Modules made of definitions only, whose generated variant runs as a whole."""
+    return module_name.split(".")[0] in ("transformers", "zoo")
 
 
 def load_traceable(
@@ -134,6 +189,12 @@ def load_traceable(
     (``repair`` fills them). The patch result (manifest, rewrites, blockers) is attached as
     ``cls.__tracezoo_patch__``.
 
+    ``model_class`` may live in a user's own file (a script run as ``__main__`` included): the
+    file is patched once and its top-level statements are not run again (see the module
+    docstring). A class given that is already a generated one is returned as it is. Raises
+    ``TraceableLoadError`` when no traceable variant can be made: no source file, a class not
+    defined at its module's top level.
+
     >>> cls = load_traceable("LlavaForConditionalGeneration")  # doctest: +SKIP
     >>> cls.__name__, cls.__module__.startswith("_tracezoo_generated_modeling_llava")  # doctest: +SKIP
     ('LlavaForConditionalGeneration', True)
@@ -141,17 +202,32 @@ def load_traceable(
     from .rewrite import patch_source
 
     cls = resolve_model_class(model_class)
+    if cls.__module__.startswith(GENERATED_PREFIX):
+        if targets or ignore or locations:
+            raise TraceableLoadError(
+                f"{cls.__name__} is already a generated traceable class ({cls.__module__}); to patch with other "
+                "options, pass the original class")
+        return cls  # e.g. a script's top level calling load_traceable, run again in the generated module
+    if cls.__qualname__ != cls.__name__:
+        raise TraceableLoadError(
+            f"cannot make {cls.__qualname__} traceable: it is not defined at the top level of {cls.__module__}, so "
+            "the patched module would not define it. Move the class to the module's top level.")
     source, module_name, path = _source_of(cls)
     result = patch_source(source, module_name=module_name, source_path=path, targets=targets, ignore=ignore,
                           locations=locations)
     directory = Path(cache_dir) if cache_dir is not None else None
-    module = import_generated(result.code, Path(path).stem, directory)
+    user_module = None if _library_module(module_name) else sys.modules[module_name]
+    module = import_generated(result.code, Path(path).stem, directory, user_module=user_module)
     if not getattr(module, "_tracezoo_auto_redirected", False):
         # Sub-models from other modeling files get their traceable variants too (same options,
         # minus locations, which are lines of this file only).
         _redirect_auto_classes(module, module_name, {"targets": targets, "ignore": ignore, "cache_dir": cache_dir})
         module._tracezoo_auto_redirected = True
-    traceable = getattr(module, cls.__name__)
+    traceable = getattr(module, cls.__name__, None)
+    if not isinstance(traceable, type) or traceable.__module__ != module.__name__:
+        raise TraceableLoadError(
+            f"cannot make {cls.__name__} traceable: the patched {Path(path).name} does not define it at its top level "
+            f"(generated module {module.__name__})")
     traceable.__tracezoo_patch__ = result
     return traceable
 

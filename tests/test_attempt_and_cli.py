@@ -32,7 +32,7 @@ def run_cli(*args):
 
 def test_attempt_trace_bundled_config_prints_success_and_table():
     out = io.StringIO()
-    subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM", out=out)
+    subgraphs = attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B", out=out)
     text = out.getvalue()
     assert len(subgraphs) == 33
     assert text.rstrip().endswith("Successfully traced model into 33 subgraphs!")
@@ -44,14 +44,14 @@ def test_attempt_trace_from_a_saved_directory_and_a_config_file(tmp_path):
     model.save_pretrained(tmp_path)
     for model_id in (str(tmp_path), str(tmp_path / "config.json")):
         out = io.StringIO()
-        subgraphs = attempt_trace(model_id, "MixtralForCausalLM", out=out)
+        subgraphs = attempt_trace("MixtralForCausalLM", model_id, out=out)
         assert len(subgraphs) == model.config.num_hidden_layers + 1, out.getvalue()
 
 
 def test_attempt_trace_failure_names_the_construct(tmp_path):
     tiny_qwen2_vl_config().save_pretrained(tmp_path)
     out = io.StringIO()
-    assert attempt_trace(str(tmp_path), "Qwen2VLForConditionalGeneration", out=out) is None
+    assert attempt_trace("Qwen2VLForConditionalGeneration", str(tmp_path), out=out) is None
     text = out.getvalue()
     assert "Failed to trace Qwen2VLForConditionalGeneration" in text
     assert "modeling_qwen2_vl.py:" in text
@@ -99,3 +99,32 @@ def test_unknown_config_name_without_org_is_refused_at_once_with_a_suggestion(mo
     monkeypatch.setattr(models.AutoConfig, "from_pretrained", no_hub)
     with pytest.raises(ValueError, match=r"did you mean 'Qwen2-VL-2B-Instruct'\?.*save the model's config.json as"):
         models.load_config("Qwen2-VL-2B-Instruc")
+
+
+def test_text_only_trace_of_a_vision_language_model_says_the_image_path_was_not_traced():
+    out = io.StringIO()
+    assert attempt_trace("LlavaForConditionalGeneration", "llava-1.5-7b-hf", out=out) is not None
+    text = out.getvalue()
+    assert "Successfully traced model into 33 subgraphs!" in text
+    assert "image path (vision tower, projector, image-token merge) was not traced" in text
+    assert "--multimodal" in text
+    out = io.StringIO()
+    attempt_trace("LlavaForConditionalGeneration", "llava-1.5-7b-hf", multimodal_data=True, out=out)
+    assert "was not traced" not in out.getvalue()
+    out = io.StringIO()
+    attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B", out=out)
+    assert "was not traced" not in out.getvalue()
+
+
+def test_cli_unused_input_that_the_model_uses_is_refused():
+    result = run_cli("trace", "LlamaForCausalLM", "Meta-Llama-3-8B", "--unused-input", "input_ids")
+    assert result.returncode == 1, result.stderr
+    assert "remove it from unused_inputs" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_attempt_trace_old_argument_order_still_works_with_a_deprecation_warning():
+    out = io.StringIO()
+    with pytest.warns(DeprecationWarning, match="pass the class first"):
+        subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM", out=out)
+    assert len(subgraphs) == 33

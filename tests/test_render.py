@@ -205,13 +205,12 @@ def test_cli_help_has_examples():
     assert "examples:" in text and "patcher graph LlamaForCausalLM" in text and "--collapse" in text
 
 
-def test_patcher_graph_command_when_wired(tmp_path):
+def test_patcher_graph_command_is_wired(tmp_path):
     from patcher import cli
 
     parser = cli.build_parser()
     commands = [action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
-    if not any("graph" in choices for choices in commands):
-        pytest.skip("`patcher graph` is not wired into patcher/cli.py yet (add_graph_parser)")
+    assert any("graph" in choices for choices in commands), "`patcher graph` is not wired into patcher/cli.py"
     out = tmp_path / "llama3.dot"
     assert cli.main(["graph", "LlamaForCausalLM", "Meta-Llama-3-8B", "-o", str(out)]) == 0
     assert len(re.findall(r"^  sg\d+ \[", out.read_text(), flags=re.M)) == 33

@@ -42,6 +42,7 @@ class Attempt:
     blocker_rule: str | None = None
     blocker_location: str | None = None
     blocker_code: str | None = None
+    unused_inputs: list[str] = field(default_factory=list)  # sample inputs eager ignores as well
 
 
 @dataclass
@@ -163,7 +164,7 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
         attempt.blocker_code = _short(construct.code, 160)
         return
     attempt.blocker_kind = "missing targets" if isinstance(exc, MissingTargetsError) else type(exc).__name__
-    frame = _innermost_frame(exc)
+    frame = getattr(exc, "location", None) or _innermost_frame(exc)
     if frame:
         attempt.blocker_location = generated.location(frame[0], frame[1], original_file)
         attempt.blocker_code = _short(linecache.getline(frame[0], frame[1]).strip(), 160) or None
@@ -267,6 +268,11 @@ def check_architecture(
     for attempt in attempts:
         try:
             samples[attempt.mode] = _samples(config, attempt.mode, seed, model=original)
+            if not _accepts(original, "decoder_input_ids"):
+                # decoder-only heads of encoder-decoder configs (PegasusForCausalLM) take **kwargs:
+                # decoder_input_ids would be an input nothing reads, refused by the tracer
+                for sample in samples[attempt.mode]:
+                    sample.pop("decoder_input_ids", None)
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, "sample", exc, _Generated(), original_file)
             continue
@@ -387,6 +393,35 @@ def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, s
                          "and that the tiny vision tower's output depends on its pixels)")
 
 
+def _perturbed(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Another value of the same shape and kind: a 0/1 mask flipped, other ids, other floats."""
+    if value.dtype == torch.bool or (not value.is_floating_point() and value.numel() and value.min() >= 0
+                                     and value.max() <= 1):
+        return (1 - value.long()).to(value.dtype)
+    if not value.is_floating_point():
+        high = int(value.max()) + 1 if value.numel() else 1
+        return torch.randint(0, max(high, 2), value.shape, generator=generator, dtype=value.dtype)
+    return torch.randn(value.shape, generator=generator, dtype=value.dtype)
+
+
+def eager_ignores(model, sample: dict, name: str, seed: int = 0) -> bool:
+    """Whether ``model``'s eager output stays the same when input ``name`` changes: then a graph
+    that does not read it is right, and the input is declared ``unused_inputs``."""
+    value = sample.get(name)
+    if not isinstance(value, torch.Tensor):
+        return False
+    extra = {"use_cache": False} if _accepts(model, "use_cache") else {}
+    other = {**sample, name: _perturbed(value, torch.Generator().manual_seed(seed))}
+    try:
+        with torch.no_grad():
+            expected, changed = model(**sample, **extra), model(**other, **extra)
+    except Exception:  # noqa: BLE001  (the model rejects other values: it reads them)
+        return False
+    _, a = _output(expected)
+    _, b = _output(changed)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+
+
 def _count_calls(model, targets, sample) -> int:
     from .discover import count_target_calls
 
@@ -399,11 +434,19 @@ def _count_calls(model, targets, sample) -> int:
 
 def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generated, original_file, atol) -> None:
     from ..partition import run_subgraphs, trace_subgraphs
-    from ..trace import DEFAULT_IGNORE
+    from ..trace import DEFAULT_IGNORE, DroppedInputError
 
     attempt.expected = calls + 1
     try:
-        subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
+        try:
+            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
+        except DroppedInputError as exc:
+            # No per-model list: an input counts as unused only if eager ignores it too.
+            unused = [name for name in exc.inputs if not exc.calls and eager_ignores(model, samples[0], name)]
+            if not unused or len(unused) < len(exc.inputs):
+                raise
+            attempt.unused_inputs = unused
+            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE, unused_inputs=unused)
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, "trace", exc, generated, original_file)
         return

@@ -7,8 +7,10 @@ from typing import Any, Iterable, Mapping
 
 from torch import fx, nn
 
+from ..trace.errors import MissingInputError
+from ..trace.runtime import TraceRecord
+from ..trace.hooks import check_run_time
 from ..trace.tracer import (
-    DEFAULT_IGNORE,
     ROOT_ATTRIBUTE,
     GraphRoot,
     TracedGraph,
@@ -25,6 +27,12 @@ class Subgraph:
     ``input_names`` are read from the intermediates, ``output_names`` are written back (the
     model's output names for the last subgraph), and ``consumed_names`` are inputs that no later
     subgraph needs, so a cache may drop them after this subgraph ran.
+
+    ``forward`` checks each run against the trace's ``record``: inputs may include any value the
+    chain hands on, but a name the trace never took, a constant of the trace (None, Python
+    scalars) with another value, another train/eval mode of the modules this subgraph runs, or
+    a model of another structure raise (:class:`~patcher.InputMismatchError`,
+    :class:`~patcher.TrainingModeError`, :class:`~patcher.ModelMismatchError`).
     """
 
     index: int
@@ -35,18 +43,36 @@ class Subgraph:
     targets: list[str]
     modules: list[str]
     constants: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    record: TraceRecord | None = field(default=None, repr=False)
+    #: modules whose train/eval mode this subgraph depends on (called modules and everything
+    #: inside them, traced-through modules, modules passed by reference)
+    mode_names: tuple[str, ...] = field(default=(), repr=False)
+    #: every value name the chain reads or writes (shared by the subgraphs of one partition)
+    handed_names: frozenset[str] = field(default=frozenset(), repr=False)
+    traced_through: list[str] = field(default_factory=list)  # inlined modules: see TracedGraph
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs) -> dict[str, Any]:
-        """Run this subgraph against ``model``'s real modules; return ``{name: value}``."""
+        """Run this subgraph against ``model``'s real modules; return ``{name: value}``.
+
+        Raises ``HookError`` when a module the tracer walked through got a hook after tracing:
+        the graph inlined that module, so the hook would never run."""
+        check_run_time(model, self.traced_through)
+        if self.record is not None:
+            self.record.check_subgraph_inputs(self.index, self.input_names, self.handed_names, inputs)
+            self.record.check_model(model, self.mode_names, f"subgraph {self.index}")
+        else:
+            missing = [name for name in self.input_names if name not in inputs]
+            if missing:
+                raise MissingInputError(
+                    f"subgraph {self.index} needs {', '.join(map(repr, missing))}, which the inputs do not have "
+                    "(an input given when tracing must be given when running)"
+                )
+        return self._run(model, inputs)
+
+    def _run(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
         if self._forward is None:
             self._forward = compile_graph(self.graph)
-        missing = [name for name in self.input_names if name not in inputs]
-        if missing:
-            raise KeyError(
-                f"subgraph {self.index} needs {', '.join(map(repr, missing))}, which the inputs do not have "
-                "(an input given when tracing must be given when running)"
-            )
         return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
 
     __call__ = forward
@@ -60,10 +86,17 @@ def trace_subgraphs(
     model: nn.Module,
     sample_input: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] = DEFAULT_IGNORE,
+    ignore: Iterable[str] | str | None = None,
     targets_per_subgraph: int = 1,
+    unused_inputs: Iterable[str] = (),
 ) -> list[Subgraph]:
     """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
+
+    ``ignore=None`` (the default) means ``DEFAULT_IGNORE``, as everywhere in tracezoo; ``[]``
+    ignores nothing; a single string is one entry.
+
+    ``unused_inputs`` names sample inputs the model does not read (see :func:`trace_graph`):
+    any other sample tensor that does not reach the output is an error, never a silent drop.
 
     Example (a tiny Llama built from its config)::
 
@@ -83,7 +116,7 @@ def trace_subgraphs(
     """
     if targets_per_subgraph < 1:
         raise ValueError(f"targets_per_subgraph must be >= 1, got {targets_per_subgraph}")
-    traced = trace_graph(model, sample_input, sequential_targets, ignore)
+    traced = trace_graph(model, sample_input, sequential_targets, ignore, unused_inputs)
     with gc_paused():
         return partition_graph(traced, model, targets_per_subgraph)
 
@@ -136,7 +169,29 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
             _build_subgraph(index, nodes, partition_of, last_use, output_node if index == last else None,
                             model, traced, target_names)
         )
+    handed = frozenset(name for subgraph in subgraphs for name in (*subgraph.input_names, *subgraph.output_names))
+    traced_through = tuple(traced.record.children) if traced.record is not None else ()
+    for subgraph in subgraphs:
+        subgraph.record = traced.record
+        subgraph.handed_names = handed
+        subgraph.mode_names = _mode_names(model, subgraph, traced_through)
     return subgraphs
+
+
+def _mode_names(model: nn.Module, subgraph: Subgraph, traced_through: tuple[str, ...]) -> tuple[str, ...]:
+    """Modules whose ``training`` flag this subgraph's run depends on: the traced-through modules
+    (their `self.training` branches are in the graph), each module it calls with everything
+    inside, and modules it passes by reference (their own flag; the root's stands for the model)."""
+    names = dict.fromkeys(traced_through)
+    called = {str(node.target) for node in subgraph.graph.find_nodes(op="call_module")}
+    for name in subgraph.modules:
+        if name == ROOT_ATTRIBUTE:
+            names[""] = None
+        elif name in called:
+            names.update(dict.fromkeys(inner for inner, _ in model.get_submodule(name).named_modules(prefix=name)))
+        else:
+            names[name] = None
+    return tuple(names)
 
 
 def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, traced, target_names) -> Subgraph:
@@ -182,6 +237,7 @@ def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, tr
         targets=[str(node.target) for node in calls if node.target in target_names],
         modules=modules,
         constants=traced.constants,
+        traced_through=traced.traced_through,
     )
 
 
@@ -199,14 +255,32 @@ def _is_module(model: nn.Module, target: str) -> bool:
 def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Run the subgraphs in order, handing activations on; return the model's outputs.
 
+    ``inputs`` are the model's inputs, as in the sample the subgraphs were traced with: every
+    input the graph takes must be given, an input it was traced without raises
+    (:class:`~patcher.InputMismatchError`: the graph would ignore it), and constants of the trace
+    (None, Python scalars such as ``logits_to_keep=1``) may be left out or given with the traced
+    value only. The model must be the one traced (same structure, checked once per model) and in
+    the same train/eval mode (:class:`~patcher.TrainingModeError`, :class:`~patcher.ModelMismatchError`).
     Values no later subgraph needs are dropped as soon as their last reader has run.
     """
+    record = subgraphs[0].record if subgraphs else None
+    if record is not None:
+        record.check_model_inputs(inputs, "run_subgraphs")
+        record.check_structure(model, "run_subgraphs")
+        check_run_time(model, subgraphs[0].traced_through)  # hooks the chain could not honour
+        inputs = {name: value for name, value in inputs.items() if name not in record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}
     for subgraph in subgraphs:
-        outputs = subgraph.forward(
-            model, **{name: intermediates[name] for name in subgraph.input_names if name in intermediates}
-        )
+        step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+        if subgraph.record is not None:
+            missing = [name for name in subgraph.input_names if name not in step]
+            if missing:
+                subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names, step)
+            subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
+            outputs = subgraph._run(model, step)
+        else:
+            outputs = subgraph.forward(model, **step)
         for name in subgraph.consumed_names:
             intermediates.pop(name, None)
         intermediates.update(outputs)

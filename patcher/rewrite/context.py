@@ -133,6 +133,7 @@ class StatementContext:
         self.forced = forced
         self.forced_lines = forced_lines
         self.hoisted = False
+        self.guarded = False  # the hoisted call sits inside an `if NAME is not None:` guard
         self.blocked = False
         self._issues: dict[int, list] = {}
 
@@ -212,4 +213,6 @@ class StatementContext:
             taint._memo.clear()
             self.state.containers_changed = True
             self.state.unsettled.add(self.fctx.qualname)
-        return h.replacement
+        guarded = hoist_mod.guard_by_presence(stmts, h.replacement)
+        self.guarded = guarded is not h.replacement
+        return guarded

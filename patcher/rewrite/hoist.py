@@ -161,6 +161,42 @@ def hoist(
     return Hoisted(function, replacement, params, returns, maybe_none)
 
 
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And) and not test.lpar:
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
+
+
+def _is_not_none(test: cst.BaseExpression) -> bool:
+    """``NAME is not None``: never raises, has no effect, and is True for every traced value."""
+    return (isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.IsNot)
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None")
+
+
+def guard_by_presence(stmts, replacement: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Keep an ``if a is not None and ...:`` (no ``else``) from becoming a wrapped call when ``a`` is None.
+
+    The wrapped call is guarded by the condition's ``NAME is not None`` conjuncts: when one is
+    False the original condition is False too, so skipping the call changes nothing, and the
+    guard is decided while tracing (an absent input is a constant there). Without it, a call that
+    received some traced value becomes a graph node even for a text-only sample, and the names it
+    returns (an image-feature dict) become traced values that later tests take for present.
+    A traced value is never None, so the guard always lets the call through for one.
+    """
+    if len(stmts) != 1 or not isinstance(stmts[0], cst.If) or stmts[0].orelse is not None:
+        return replacement
+    present = [test for test in _conjuncts(stmts[0].test) if _is_not_none(test)]
+    if not present or len(replacement) != 1:
+        return replacement
+    guard = present[0]
+    for test in present[1:]:
+        guard = cst.BooleanOperation(left=guard, operator=cst.And(), right=test)
+    call = replacement[0]
+    return [cst.If(test=guard, body=cst.IndentedBlock([call.with_changes(leading_lines=[])]),
+                   leading_lines=call.leading_lines)]
+
+
 def descendants_of(stmts):
     for stmt in stmts:
         yield from descendants(stmt)

@@ -2,24 +2,38 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    HookError,
+    InputMismatchError,
+    MissingInputError,
     MissingTargetsError,
+    ModelMismatchError,
+    OutputCaptureError,
     SampleInputError,
     StateChangeError,
     TargetMatchError,
     TracingError,
+    TrainingModeError,
     UntraceableCodeError,
 )
+from .liveness import DroppedInputError
 from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "DroppedInputError",
+    "HookError",
+    "InputMismatchError",
+    "MissingInputError",
+    "OutputCaptureError",
     "MissingTargetsError",
+    "ModelMismatchError",
     "SampleInputError",
     "SequentialTracer",
     "StateChangeError",
     "TargetMatchError",
     "TracedGraph",
     "TracingError",
+    "TrainingModeError",
     "UntraceableCodeError",
     "UntraceableConstruct",
     "diagnose",

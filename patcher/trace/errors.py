@@ -45,3 +45,50 @@ class StateChangeError(TracingError):
     def __init__(self, message: str, changes: list[str]):
         super().__init__(message)
         self.changes = changes
+
+
+class InputMismatchError(TracingError, ValueError):
+    """Inputs given when a graph runs do not fit the sample it was traced with.
+
+    A graph only reads the inputs it was traced with, and bakes the values of constants (None,
+    Python scalars, flags): an input it does not take, or a constant with another value, would
+    be ignored without a word (a silent wrong result), so this is an error.
+    """
+
+
+class MissingInputError(InputMismatchError, KeyError):
+    """An input the graph takes was not given when it ran."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
+class ModelMismatchError(TracingError, ValueError):
+    """A graph runs on a model other than the one it was traced from: another structure
+    (more or fewer layers, other shapes), or another mode (train/eval)."""
+
+
+class TrainingModeError(ModelMismatchError):
+    """The model is in another mode (``train()``/``eval()``) than the graph was traced in, or was
+    traced in train mode with layerdrop, which bakes the layers that ran while tracing."""
+
+
+class HookError(TracingError):
+    """A module hook the graph cannot honour: on a module the tracer walks through (or the root),
+    where it would be baked into the graph while tracing or never run afterwards; or a global
+    module hook. ``module`` is the module's path ("" for the root or global hooks)."""
+
+    def __init__(self, message: str, module: str, hooks: list[str]):
+        super().__init__(message)
+        self.module = module
+        self.hooks = hooks
+
+
+class OutputCaptureError(TracingError):
+    """``output_hidden_states``/``output_attentions`` (``key``) are collected by transformers'
+    hooks on a module the graph calls as a whole: the graph would return an empty tuple."""
+
+    def __init__(self, message: str, key: str, module: str):
+        super().__init__(message)
+        self.key = key
+        self.module = module

@@ -14,6 +14,10 @@ from torch import nn
 from transformers import PretrainedConfig
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
+# Hooks installed while tracing (transformers installs its output-capturing hooks lazily, and marks
+# the model in an attribute that is restored) are removed again, so the two stay consistent.
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwargs",
+               "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
 
 
 def _configs_of(modules) -> list[PretrainedConfig]:
@@ -46,6 +50,8 @@ class StateSnapshot:
         }
         self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
         self.children = {module: dict(module._modules) for module in self.names}
+        self.hooks = {module: {attr: dict(getattr(module, attr)) for attr in _HOOK_DICTS if hasattr(module, attr)}
+                      for module in self.names}
         self.configs = _configs_of(self.names)
         self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
 
@@ -80,6 +86,12 @@ class StateSnapshot:
         for module, children in self.children.items():
             module._modules.clear()
             module._modules.update(children)
+        for module, hooks in self.hooks.items():
+            for attr, entries in hooks.items():
+                current = getattr(module, attr)
+                if len(current) != len(entries):
+                    current.clear()
+                    current.update(entries)
         for module, (parameters, buffers) in self.tensors.items():
             module._parameters.clear()
             module._parameters.update(parameters)

@@ -8,6 +8,7 @@ target lives inside them, so calibration hooks on the targets see real module ca
 from __future__ import annotations
 
 import contextlib
+import difflib
 import gc
 import inspect
 import itertools
@@ -22,9 +23,20 @@ from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from .diagnose import diagnose
-from .errors import MissingTargetsError, SampleInputError, StateChangeError, TargetMatchError, UntraceableCodeError
+from .errors import (
+    MissingTargetsError,
+    SampleInputError,
+    StateChangeError,
+    TargetMatchError,
+    TracingError,
+    TrainingModeError,
+    UntraceableCodeError,
+)
+from .liveness import check_inputs_reach_output, record_source
+from .hooks import check_leaf_output_capture, check_no_global_hooks, check_run_time, check_traced_through
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
+from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
 
 ROOT_ATTRIBUTE = "_tracezoo_root"
@@ -51,6 +63,16 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 )
 
 
+def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
+    """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,
+    and a single string is one entry (never split into characters)."""
+    if ignore is None:
+        return list(DEFAULT_IGNORE)
+    if isinstance(ignore, str):
+        return [ignore]
+    return list(ignore)
+
+
 class TracingProxy(fx.Proxy):
     """A proxy that also records in-place indexed assignment (``x[..., i] = y``)."""
 
@@ -69,6 +91,7 @@ class SequentialTracer(fx.Tracer):
         self.constants: dict[str, Any] = {}
         self.module_path_stack: list[str] = []
         self.failed_module_path: str | None = None
+        self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
@@ -85,6 +108,11 @@ class SequentialTracer(fx.Tracer):
 
     def call_module(self, module, forward, args, kwargs):
         name = self.path_of_module(module)
+        if module in self.traced_modules:
+            check_traced_through(name, module)  # its hooks would be baked into the graph
+            self.traced_through.setdefault(name)
+        else:
+            check_leaf_output_capture(name, module)  # capture hooks on/in a leaf never fire
         self.module_path_stack.append(name)
         try:
             return super().call_module(module, forward, args, kwargs)
@@ -118,6 +146,7 @@ class SequentialTracer(fx.Tracer):
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
+        record_source(proxy.node)
         if kind == "call_function":
             return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
         return proxy
@@ -167,19 +196,35 @@ class TracedGraph:
     """A whole-model fx graph plus what it needs at run time.
 
     ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
-    any hooks on them) are the ones called.
+    any hooks on them) are the ones called. It checks the run against ``record`` (see
+    :class:`~patcher.trace.runtime.TraceRecord`): an input the graph was not traced with, a
+    missing one, a constant of the trace with another value, another train/eval mode or a model
+    of another structure raise instead of computing something else.
+    Modules the tracer walked through (``traced_through``,
+    "" for the root) are inlined, not called: a hook added to one of them after tracing would never
+    run, so ``forward`` raises ``HookError`` instead.
     """
 
     graph: fx.Graph
     input_names: list[str]
     constants: dict[str, Any]
     target_names: list[str] = field(default_factory=list)
+    record: TraceRecord | None = field(default=None, repr=False)
+    traced_through: list[str] = field(default_factory=list)
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs):
+        check_run_time(model, self.traced_through)
+        if self.record is not None:
+            self.record.check_model_inputs(inputs, "TracedGraph.forward")
+            self.record.check_model(model, None, "TracedGraph.forward")
+        else:
+            missing = [name for name in self.input_names if name not in inputs]
+            if missing:
+                raise KeyError(f"the graph needs {', '.join(map(repr, missing))}, which the inputs do not have")
         if self._forward is None:
             self._forward = compile_graph(self.graph)
-        return self._forward(GraphRoot(model, self.constants), *[inputs.get(name) for name in self.input_names])
+        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
 
     __call__ = forward
 
@@ -218,6 +263,54 @@ def _forward_parameters(model: nn.Module) -> tuple[Any, inspect.Signature]:
     return forward, inspect.signature(forward)
 
 
+#: Flags the forward decides Python control flow on: they must be Python values in the sample.
+FLAGS = ("use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_router_logits")
+
+
+def _kwargs_names(model: nn.Module) -> set[str]:
+    """Keys a forward's ``**kwargs`` legitimately takes: transformers' typed kwargs
+    (``TransformersKwargs``, ``FlashAttentionKwargs``, any ``Unpack[...]`` annotation of a forward
+    in the model) and the named parameters of the forwards of the model's modules (a wrapper's
+    ``**kwargs`` reach them)."""
+    import typing
+
+    from transformers.utils.generic import TransformersKwargs
+
+    names: set[str] = set(_typed_dict_keys(TransformersKwargs))
+    try:
+        from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
+
+        names |= _typed_dict_keys(FlashAttentionKwargs)
+    except ImportError:  # pragma: no cover - older transformers
+        pass
+    for cls in {type(module) for module in model.modules()}:
+        try:
+            params = inspect.signature(inspect.unwrap(cls.forward)).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        for param in params:
+            if param.kind is param.VAR_KEYWORD:
+                annotation = param.annotation
+                if isinstance(annotation, str) and "Unpack[" in annotation:
+                    try:
+                        annotation = typing.get_type_hints(inspect.unwrap(cls.forward)).get(param.name)
+                    except Exception:  # noqa: BLE001 - unresolvable annotations: nothing to add
+                        annotation = None
+                for argument in typing.get_args(annotation) or ():
+                    names |= _typed_dict_keys(argument)
+            elif param.kind is not param.VAR_POSITIONAL:
+                names.add(param.name)
+    names.discard("self")
+    return names
+
+
+def _typed_dict_keys(cls: Any) -> set[str]:
+    keys: set[str] = set()
+    for base in getattr(cls, "__mro__", ()):
+        keys |= set(getattr(base, "__annotations__", {}) or {})
+    return keys if hasattr(cls, "__total__") else set()
+
+
 def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> None:
     params = list(signature.parameters.values())[1:]  # drop self
     accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
@@ -228,9 +321,35 @@ def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Map
             f"sample input has {', '.join(map(repr, unknown))}, which {type(model).__name__}.forward "
             f"does not accept; it takes: {', '.join(sorted(names))}"
         )
+    if unknown:
+        # **kwargs takes anything, so a typo (`attenton_mask`) would become an input nothing reads
+        known = _kwargs_names(model)
+        typos = [key for key in unknown if key not in known]
+        if typos:
+            lines = [f"sample input has {', '.join(map(repr, typos))}, which {type(model).__name__}.forward "
+                     "does not name and no module of the model takes through **kwargs; it would be an input "
+                     "nothing reads (a silent wrong result)."]
+            for key in typos:
+                close = difflib.get_close_matches(key, sorted(names | known), n=1)
+                if close:
+                    lines.append(f"  {key!r}: did you mean {close[0]!r}?")
+            lines.append(f"  {type(model).__name__}.forward takes: {', '.join(sorted(names))}")
+            raise SampleInputError("\n".join(lines))
     for key in sample:
         if not key.isidentifier():
             raise SampleInputError(f"sample input key {key!r} is not a valid Python identifier")
+    for key in FLAGS:
+        if isinstance(sample.get(key), torch.Tensor):
+            raise SampleInputError(
+                f"sample input {key!r} is a tensor; {key} is a flag the forward decides Python control flow "
+                f"on, so it must be a Python bool (or None) in the sample, e.g. {key}=False"
+            )
+    if sample.get("use_cache") is True:
+        raise SampleInputError(
+            "sample input use_cache=True is not supported: the cache the forward creates while tracing would be "
+            "baked into the graph as a constant, shared and grown by every run (wrong logits from the second run "
+            "on). Trace and run with use_cache=False (tracezoo's default when the sample leaves it out)."
+        )
     missing = [
         p.name
         for p in params
@@ -240,6 +359,36 @@ def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Map
         raise SampleInputError(
             f"sample input is missing required input(s) {', '.join(map(repr, missing))} of "
             f"{type(model).__name__}.forward; give them in the sample"
+        )
+
+
+def _check_layerdrop(model: nn.Module, traced_modules: set[nn.Module]) -> None:
+    """Layerdrop throws dice in Python while tracing (`torch.rand([]) < self.layerdrop`): the graph
+    would keep the layers of one throw for ever."""
+    if not any(module.training for module in traced_modules):
+        return
+    found = []
+    configs = {id(module.config): module.config for module in traced_modules
+               if isinstance(getattr(module, "config", None), PretrainedConfig)}
+    stack = list(configs.values())
+    while stack:
+        config = stack.pop()
+        for key, value in vars(config).items():
+            if isinstance(value, PretrainedConfig) and id(value) not in configs:
+                configs[id(value)] = value
+                stack.append(value)
+            elif key.endswith("layerdrop") and isinstance(value, (int, float)) and value > 0:
+                found.append(f"config.{key}={value}")
+    for module in traced_modules:
+        value = vars(module).get("layerdrop")
+        if module.training and isinstance(value, (int, float)) and value > 0:
+            found.append(f"{type(module).__name__}.layerdrop={value}")
+    if found:
+        raise TrainingModeError(
+            f"{type(model).__name__} is in train mode with layerdrop ({', '.join(sorted(set(found)))}): "
+            "which layers run is drawn at random in Python while tracing, so the graph would keep the layers "
+            "of this one draw and skip the others every time it runs. Trace in eval mode (model.eval(); "
+            "calibration runs in eval mode), or set layerdrop to 0."
         )
 
 
@@ -285,15 +434,33 @@ def trace_graph(
     model: nn.Module,
     sample_input: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] = DEFAULT_IGNORE,
+    ignore: Iterable[str] | str | None = None,
+    unused_inputs: Iterable[str] = (),
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
 
-    Raises ``TargetMatchError``, ``SampleInputError``, ``UntraceableCodeError`` (naming file,
-    line, construct and fix) or ``MissingTargetsError``.
+    ``ignore=None`` (the default) means :data:`DEFAULT_IGNORE`; pass ``[]`` to ignore nothing,
+    or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. A single string is one entry.
+
+    Sample tensors (and other objects) become the graph's inputs; ``None`` and Python scalars
+    (bools, ints, floats, strings) are constants of the trace, since the model decides Python
+    control flow on them. The result records the inputs, constants, train/eval mode and
+    structure it was traced with, and refuses runs that do not fit (see
+    :class:`~patcher.trace.runtime.TraceRecord`). Trace in the mode you will run in.
+
+    Every tensor of ``sample_input`` must reach the graph's output, unless ``unused_inputs``
+    names it (an input the eager model does not read either).
+
+    Raises ``TargetMatchError``, ``SampleInputError`` (also for a sample key the model does not
+    take, a flag given as a tensor, ``use_cache=True``), ``TrainingModeError`` (train mode with
+    layerdrop), ``UntraceableCodeError`` (naming file, line, construct and fix) or
+    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output),
+    ``HookError`` (a user hook on the root or on a module traced through, or a global module hook:
+    the graph cannot honour it) or ``OutputCaptureError`` (``output_hidden_states``/``output_attentions``
+    collected by hooks inside modules the graph calls as a whole: the graph would return empty tuples).
     """
     targets = resolve_targets(model, sequential_targets)
-    ignore = list(ignore or ())
+    ignore = resolve_ignore(ignore)
     ignored_modules, _ = match_modules(model, parse_patterns(ignore))
     _check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
@@ -302,14 +469,21 @@ def trace_graph(
 
     forward, signature = _forward_parameters(model)
     _validate_sample(model, signature, sample_input)
-    placeholders = [key for key, value in sample_input.items() if value is not None]
-    fixed = {key: None for key, value in sample_input.items() if value is None}
+    _check_layerdrop(model, traced_modules)
+    # None, bools, ints, floats and strings are constants of the trace: the model decides Python
+    # control flow on them (`isinstance(logits_to_keep, int)`), so they are never graph inputs.
+    placeholders = [key for key, value in sample_input.items() if not is_trace_constant(value)]
+    fixed = {key: value for key, value in sample_input.items() if is_trace_constant(value)}
+    omittable = {key for key, value in fixed.items() if _omitting_means(signature, key, value)}
     for flag, value in (("use_cache", False), ("return_dict", True)):
         if flag in signature.parameters and flag not in sample_input:
             fixed[flag] = value
+            omittable.add(flag)
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
     tracer = SequentialTracer(model, traced_modules, set(targets))
+    check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
+    check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
@@ -331,8 +505,68 @@ def trace_graph(
             leaf_changes,
         )
     _check_no_hidden_targets(graph, model, targets)
+    check_inputs_reach_output(graph, sample_input, model_name=type(model).__name__, unused_inputs=unused_inputs)
+    _check_requested_outputs(graph, model, fixed)
+    record = TraceRecord(
+        model_class=original_class.__name__,
+        tensor_inputs=tuple(placeholders),
+        constants=dict(fixed),
+        omittable=frozenset(omittable),
+        training=model.training,
+        training_exceptions=mode_exceptions(model),
+        children={name: tuple(module._modules) for name, module in model.named_modules() if module in traced_modules},
+        tensor_shapes=_tensor_shapes(graph, model, tracer),
+    )
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
-                       target_names=list(targets))
+                       target_names=list(targets), record=record,
+                       traced_through=["", *tracer.traced_through])
+
+
+#: Flags asking for extra outputs -> the output they fill (hidden states and attentions are
+#: checked before tracing, by ``hooks.check_leaf_output_capture``).
+REQUESTED_OUTPUTS = {"output_router_logits": "router_logits"}
+
+
+def _check_requested_outputs(graph: fx.Graph, model: nn.Module, fixed: Mapping[str, Any]) -> None:
+    """A flag set to True whose output the graph leaves empty: transformers collects these with
+    hooks of a decorator the trace does not run, so the graph would return nothing for them."""
+    output = next(iter(graph.find_nodes(op="output")), None)
+    result = output.args[0] if output is not None and output.args else None
+    if not isinstance(result, dict):
+        return
+    for flag, key in REQUESTED_OUTPUTS.items():
+        if fixed.get(flag) is True and key in result and result[key] in (None, ()):
+            raise SampleInputError(
+                f"sample input {flag}=True is not supported for {type(model).__name__}: the traced graph returns "
+                f"no {key} (transformers collects them with hooks the trace does not run), so {key!r} would be "
+                f"empty. Trace without {flag}, and record {key} with hooks on the modules if you need them."
+            )
+
+
+def _omitting_means(signature: inspect.Signature, key: str, value: Any) -> bool:
+    """Leaving ``key`` out at run time means the same as ``value`` (the forward's default)."""
+    param = signature.parameters.get(key)
+    if param is None or param.default is param.empty:
+        return value is None or value is False  # through **kwargs: absent reads as None/False
+    return same_constant(param.default, value)
+
+
+def _tensor_shapes(graph: fx.Graph, model: nn.Module, tracer: SequentialTracer) -> dict[str, tuple[int, ...]]:
+    """Shapes of the tensors the graph reads directly and of the direct parameters of the modules
+    it calls: a model of other sizes (hidden size, vocabulary) does not fit the graph's constants."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    tensor_paths = set(tracer._tensor_paths.values())
+    for node in graph.find_nodes(op="get_attr"):
+        if node.target in tensor_paths:
+            value = _resolve(model, node.target)
+            if isinstance(value, torch.Tensor):
+                shapes[node.target] = tuple(value.shape)
+    for node in graph.find_nodes(op="call_module"):
+        module = _resolve(model, node.target)
+        if isinstance(module, nn.Module):
+            for name, parameter in module.named_parameters(recurse=False):
+                shapes[f"{node.target}.{name}"] = tuple(parameter.shape)
+    return shapes
 
 
 @contextlib.contextmanager
@@ -361,7 +595,7 @@ def _swapped_class(model: nn.Module, cls: type):
 
 
 def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
-    if isinstance(exc, (SampleInputError, TargetMatchError)):
+    if isinstance(exc, TracingError):  # already says what to do (sample, targets, hooks)
         return exc
     module_path = tracer.failed_module_path or ""
     construct = diagnose(exc, module_path)

@@ -4,13 +4,12 @@ The comparison is exact, on the code after the generated header (the header name
 which change independently of the rules; it is tested in test_api.py). Fixtures with ``ENTRY``
 and ``inputs()`` also run: see _fixture_runtime.py for the convention.
 
-To (re)generate an ``.out.py`` after a deliberate rule change, review the diff and run
-``TZ_REGEN_FIXTURES=1 python -m pytest tests/rewrite/test_fixtures.py``.
+To (re)generate an ``.out.py`` after a deliberate rule change run
+``python scripts/regen_fixtures.py`` and review the diffs it prints; this test never writes.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -45,9 +44,7 @@ def test_fixture_output(case):
     result = _patch(case)
     _, body = split_header(result.code)
     expected_path = case.with_name(case.name.replace(".in.py", ".out.py"))
-    if os.environ.get("TZ_REGEN_FIXTURES"):
-        expected_path.write_text(body)
-    assert body == expected_path.read_text()
+    assert body == expected_path.read_text(), "stale fixture: run scripts/regen_fixtures.py and review the diff"
     # The patched fixture is a fixed point (same options; locations were lines of the input), and compiles.
     options = {k: v for k, v in patch_options(case.read_text()).items() if k != "locations"}
     assert patch_source(result.code, **options).code == result.code

@@ -2,8 +2,9 @@
 that would bake the traced sample into the graph.
 
 Prefers a rewrite that needs no decision: `if m.shape[1] != n: m = m[:, :n]` becomes the slice
-alone (a no-op when the sizes already agree). Anything else moves into a wrapped function, which
-decides at run time."""
+alone (a no-op when the sizes already agree). That is only valid when the slice truncates the very
+dim the condition tests (`if m.shape[1] != n: m = m[:n]` slices dim 0, which is no no-op). Anything
+else moves into a wrapped function, which decides at run time."""
 
 from __future__ import annotations
 
@@ -21,32 +22,45 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node).strip()
 
 
+def _dim(node: cst.BaseExpression) -> int | None:
+    """A non-negative integer literal dim, else None."""
+    return int(node.value) if isinstance(node, cst.Integer) else None
+
+
 def _size_compare(test: cst.BaseExpression):
-    """`x.shape[i] != n` / `x.size(i) != n` (either side) -> (x, n) as code strings."""
+    """`x.shape[i] != n` / `x.size(i) != n` (either side) -> (x, n, i), x and n as code strings,
+    i the literal dim (None when it is not a non-negative integer literal)."""
     if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
             and isinstance(test.comparisons[0].operator, cst.NotEqual)):
         return None
     left, right = test.left, test.comparisons[0].comparator
     for a, b in ((left, right), (right, left)):
-        base = None
+        base = dim = None
         if isinstance(a, cst.Subscript) and isinstance(a.value, cst.Attribute) and a.value.attr.value == "shape":
             base = a.value.value
+            index = a.slice[0].slice if len(a.slice) == 1 else None
+            dim = _dim(index.value) if isinstance(index, cst.Index) else None
         elif isinstance(a, cst.Call) and isinstance(a.func, cst.Attribute) and a.func.attr.value == "size" and a.args:
             base = a.func.value
+            dim = _dim(a.args[0].value) if len(a.args) == 1 and a.args[0].keyword is None and not a.args[0].star \
+                else None
         if base is not None:
-            return _code(base), _code(b)
+            return _code(base), _code(b), dim
     return None
 
 
 def _always_slice(stmt: cst.If) -> cst.BaseStatement | None:
-    """The body alone, when it only truncates the compared tensor to the compared size."""
+    """The body alone, when it only truncates the compared tensor, on the compared dim, to the
+    compared size: then the slice is a no-op exactly when the condition is false."""
     if stmt.orelse is not None:
         return None
     pair = _size_compare(stmt.test)
     body = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else []
     if pair is None or len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
         return None
-    tensor, size = pair
+    tensor, size, dim = pair
+    if dim is None:
+        return None
     small = body[0].body
     if len(small) != 1 or not isinstance(small[0], cst.Assign) or len(small[0].targets) != 1:
         return None
@@ -55,14 +69,14 @@ def _always_slice(stmt: cst.If) -> cst.BaseStatement | None:
     if _code(assign.targets[0].target) != tensor or not isinstance(value, cst.Subscript) or _code(value.value) != tensor:
         return None
     truncating = 0
-    for el in value.slice:
+    for position, el in enumerate(value.slice):
         sl = el.slice
         if not isinstance(sl, cst.Slice) or sl.step is not None:
             return None
         lower_ok = sl.lower is None or _code(sl.lower) == "0"
         if sl.upper is None and lower_ok:
             continue
-        if lower_ok and sl.upper is not None and _code(sl.upper) == size:
+        if lower_ok and sl.upper is not None and _code(sl.upper) == size and position == dim:
             truncating += 1
             continue
         return None

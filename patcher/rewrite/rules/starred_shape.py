@@ -7,7 +7,13 @@ as graph ops, so the graph stays generic in the shape:
 - ``torch.zeros(b, t)`` (traced b, t) -> ``torch.zeros((b, t))``  (proxies do not parse as varargs sizes)
 
 Other starred uses of a shape (``f(*input_shape)`` for an arbitrary ``f``) move into a wrapped
-function."""
+function.
+
+A starred *target* is a list in Python, while ``x.shape[1:]`` is a ``torch.Size`` (a tuple):
+``rest == [4, 4]`` would flip to False and ``rest.append`` would raise. So ``b, *rest = x.shape``
+becomes indexing only when ``rest`` is used where a shape and a list behave alike (as a size
+argument, ``*rest``, ``rest[i]``, ``len(rest)``); any other use keeps the unpacking as written, in
+a wrapped function (``rest`` stays a list at run time; ``list(x.shape[1:])`` would not trace)."""
 
 from __future__ import annotations
 
@@ -114,6 +120,70 @@ class _Starred(ScopedTransformer):
         return updated
 
 
+class _Uses(cst.CSTVisitor):
+    """Is ``name`` used anywhere a list and a ``torch.Size`` could behave differently?"""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.stack: list[cst.CSTNode] = []
+        self.list_use = False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Name) and node.value == self.name and not self._size_like(node):
+            self.list_use = True
+        self.stack.append(node)
+        return not self.list_use
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+
+    def _size_like(self, node: cst.Name) -> bool:
+        parent = self.stack[-1] if self.stack else None
+        grand = self.stack[-2] if len(self.stack) > 1 else None
+        if (isinstance(parent, cst.Attribute) and parent.attr is node) or \
+                (isinstance(parent, cst.Arg) and parent.keyword is node):
+            return True  # `obj.rest`, `f(rest=...)`: another name
+        if isinstance(parent, cst.StarredElement):
+            return True  # (*rest, -1): the same items either way
+        if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and parent.keyword is None:
+            if parent.star == "*":
+                return True
+            func = grand.func
+            return (dotted(func) in SIZE_FUNCTIONS | SIZE_FACTORIES | {"len"}
+                    or (isinstance(func, cst.Attribute) and func.attr.value in SIZE_METHODS))
+        if isinstance(parent, cst.Subscript) and len(parent.slice) == 1 \
+                and isinstance(parent.slice[0].slice, cst.Index):
+            # rest[i] read (a write into a Size raises): the same int either way
+            holder = grand
+            return not isinstance(holder, (cst.AssignTarget, cst.Del)) and \
+                not (isinstance(holder, cst.AugAssign) and holder.target is parent)
+        return False
+
+
+def _used_as_list(name: str, ctx, stmt: cst.CSTNode) -> bool:
+    body = ctx.fctx.body
+    if body is None:
+        return True  # cannot tell: keep list semantics
+    uses = _Uses(name)
+    for node in body:
+        if node is stmt:
+            continue
+        node.visit(uses)
+        if uses.list_use:
+            return True
+    return False
+
+
+def _starred_list_name(stmt: cst.SimpleStatementLine) -> str | None:
+    """The starred target's name of `a, *rest = ...` (None for `*_`, or when it is no plain name)."""
+    target = stmt.body[0].targets[0].target
+    for el in target.elements:
+        if isinstance(el, cst.StarredElement):
+            if isinstance(el.value, cst.Name) and el.value.value != "_":
+                return el.value.value
+    return None
+
+
 def _unpack_assign(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLine | None:
     """`a, b, *_ = x.shape` -> `a, b = x.shape[0], x.shape[1]`."""
     if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
@@ -158,6 +228,10 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     if not issues and not forced:
         return None
     if isinstance(stmt, cst.SimpleStatementLine) and (new := _unpack_assign(stmt, ctx)) is not None:
+        starred = _starred_list_name(stmt)
+        if starred is not None and _used_as_list(starred, ctx, stmt):
+            return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{describe(*stmt.body)}", span=stmt,
+                             reason=f"starred shape unpacking; '{starred}' is used as a list, which a shape is not")
         return ctx.replace([new], code=CODE, span=stmt, reason="starred shape unpacking -> indexing")
     tr = _Starred(ctx)
     new = transform_header(stmt, tr)
