@@ -792,6 +792,17 @@ def create_masks_for_vision_model(
 
 
 @torch.fx.wrap
+def _wrapped_get_image_features_set_vision_outputs(self, last_hidden_state, vision_outputs):
+    # from modeling_gemma3.py:781 (Gemma3Model.get_image_features)
+    try:
+        vision_outputs.pooler_output = self.multi_modal_projector(last_hidden_state)
+        return vision_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_gemma3.py:781 (Gemma3Model.get_image_features)')
+        raise
+
+
+@torch.fx.wrap
 def _check_n_image_tokens(n_image_tokens, inputs_embeds, image_features, n_image_features):
     # from modeling_gemma3.py:803 (Gemma3Model.get_placeholder_mask)
     try:
@@ -859,7 +870,8 @@ class Gemma3Model(Gemma3PreTrainedModel):
     ) -> tuple | BaseModelOutputWithPooling:
         vision_outputs = self.vision_tower(pixel_values=pixel_values, return_dict=True, **kwargs)
         last_hidden_state = vision_outputs.last_hidden_state
-        vision_outputs.pooler_output = self.multi_modal_projector(last_hidden_state)
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_image_features_set_vision_outputs
+        vision_outputs = _wrapped_get_image_features_set_vision_outputs(self, last_hidden_state, vision_outputs)
 
         return vision_outputs
 

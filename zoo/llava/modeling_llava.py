@@ -153,6 +153,17 @@ def _wrapped_get_image_features_split_sizes(self, image_sizes, image_features):
 
 
 @torch.fx.wrap
+def _wrapped_get_image_features_set_image_outputs(image_features, image_outputs):
+    # from modeling_llava.py:188 (LlavaModel.get_image_features)
+    try:
+        image_outputs.pooler_output = image_features
+        return image_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_llava.py:188 (LlavaModel.get_image_features)')
+        raise
+
+
+@torch.fx.wrap
 def _check_n_image_tokens(n_image_tokens, inputs_embeds, image_features, n_image_features):
     # from modeling_llava.py:210 (LlavaModel.get_placeholder_mask)
     try:
@@ -225,7 +236,8 @@ class LlavaModel(LlavaPreTrainedModel):
         else:
             # TRACING(TZ103): list(tensor) -> tensor.unbind(0) stays in the graph
             image_features = image_features.unbind(0)
-        image_outputs.pooler_output = image_features
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_image_features_set_image_outputs
+        image_outputs = _wrapped_get_image_features_set_image_outputs(image_features, image_outputs)
 
         return image_outputs
 

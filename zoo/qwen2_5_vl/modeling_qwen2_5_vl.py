@@ -994,6 +994,17 @@ def _wrapped_get_video_features_split_sizes(self, video_grid_thw):
 
 
 @torch.fx.wrap
+def _wrapped_get_video_features_set_vision_outputs(vision_outputs, split_sizes):
+    # from modeling_qwen2_5_vl.py:1056 (Qwen2_5_VLModel.get_video_features)
+    try:
+        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        return vision_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_qwen2_5_vl.py:1056 (Qwen2_5_VLModel.get_video_features)')
+        raise
+
+
+@torch.fx.wrap
 def _wrapped_get_image_features_split_sizes(self, image_grid_thw):
     # from modeling_qwen2_5_vl.py:1071 (Qwen2_5_VLModel.get_image_features)
     try:
@@ -1001,6 +1012,17 @@ def _wrapped_get_image_features_split_sizes(self, image_grid_thw):
         return split_sizes
     except Exception as _tz_exc:
         _tz_note(_tz_exc, 'modeling_qwen2_5_vl.py:1071 (Qwen2_5_VLModel.get_image_features)')
+        raise
+
+
+@torch.fx.wrap
+def _wrapped_get_image_features_set_vision_outputs(vision_outputs, split_sizes):
+    # from modeling_qwen2_5_vl.py:1072 (Qwen2_5_VLModel.get_image_features)
+    try:
+        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        return vision_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_qwen2_5_vl.py:1072 (Qwen2_5_VLModel.get_image_features)')
         raise
 
 
@@ -1236,7 +1258,8 @@ class Qwen2_5_VLModel(Qwen2_5_VLPreTrainedModel):
         vision_outputs = self.visual(pixel_values_videos, grid_thw=video_grid_thw, **kwargs)
         # TRACING(TZ103): `.tolist()` reads tensor data -> _wrapped_get_video_features_split_sizes
         split_sizes = _wrapped_get_video_features_split_sizes(self, video_grid_thw)
-        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_video_features_set_vision_outputs
+        vision_outputs = _wrapped_get_video_features_set_vision_outputs(vision_outputs, split_sizes)
 
         return vision_outputs
 
@@ -1253,7 +1276,8 @@ class Qwen2_5_VLModel(Qwen2_5_VLPreTrainedModel):
         vision_outputs = self.visual(pixel_values, grid_thw=image_grid_thw, **kwargs)
         # TRACING(TZ103): `.tolist()` reads tensor data -> _wrapped_get_image_features_split_sizes
         split_sizes = _wrapped_get_image_features_split_sizes(self, image_grid_thw)
-        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_image_features_set_vision_outputs
+        vision_outputs = _wrapped_get_image_features_set_vision_outputs(vision_outputs, split_sizes)
 
         return vision_outputs
 

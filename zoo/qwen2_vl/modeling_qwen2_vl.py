@@ -949,6 +949,17 @@ def _wrapped_get_video_features_split_sizes(self, video_grid_thw):
 
 
 @torch.fx.wrap
+def _wrapped_get_video_features_set_vision_outputs(vision_outputs, split_sizes):
+    # from modeling_qwen2_vl.py:1009 (Qwen2VLModel.get_video_features)
+    try:
+        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        return vision_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1009 (Qwen2VLModel.get_video_features)')
+        raise
+
+
+@torch.fx.wrap
 def _wrapped_get_image_features_split_sizes(self, image_grid_thw):
     # from modeling_qwen2_vl.py:1024 (Qwen2VLModel.get_image_features)
     try:
@@ -956,6 +967,17 @@ def _wrapped_get_image_features_split_sizes(self, image_grid_thw):
         return split_sizes
     except Exception as _tz_exc:
         _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1024 (Qwen2VLModel.get_image_features)')
+        raise
+
+
+@torch.fx.wrap
+def _wrapped_get_image_features_set_vision_outputs(vision_outputs, split_sizes):
+    # from modeling_qwen2_vl.py:1025 (Qwen2VLModel.get_image_features)
+    try:
+        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        return vision_outputs
+    except Exception as _tz_exc:
+        _tz_note(_tz_exc, 'modeling_qwen2_vl.py:1025 (Qwen2VLModel.get_image_features)')
         raise
 
 
@@ -1177,7 +1199,8 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
         vision_outputs = self.visual(pixel_values_videos, grid_thw=video_grid_thw, **kwargs)
         # TRACING(TZ103): `.tolist()` reads tensor data -> _wrapped_get_video_features_split_sizes
         split_sizes = _wrapped_get_video_features_split_sizes(self, video_grid_thw)
-        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_video_features_set_vision_outputs
+        vision_outputs = _wrapped_get_video_features_set_vision_outputs(vision_outputs, split_sizes)
 
         return vision_outputs
 
@@ -1194,7 +1217,8 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
         vision_outputs = self.visual(pixel_values, grid_thw=image_grid_thw, **kwargs)
         # TRACING(TZ103): `.tolist()` reads tensor data -> _wrapped_get_image_features_split_sizes
         split_sizes = _wrapped_get_image_features_split_sizes(self, image_grid_thw)
-        vision_outputs.pooler_output = torch.split(vision_outputs.pooler_output, split_sizes)
+        # TRACING(TZ103): attribute assignment on a traced value (proxies record no setattr) -> _wrapped_get_image_features_set_vision_outputs
+        vision_outputs = _wrapped_get_image_features_set_vision_outputs(vision_outputs, split_sizes)
 
         return vision_outputs
 
