@@ -189,7 +189,8 @@ class Engine:
         for rule in HOIST_RULES:
             out = rule.rewrite(stmt, ctx)
             if out is not None:
-                if isinstance(stmt, cst.If) and len(out) == 1 and isinstance(out[0], cst.If) and not ctx.guarded:
+                if isinstance(stmt, cst.If) and len(out) == 1 and isinstance(out[0], cst.If) \
+                        and not ctx.guarded and not getattr(ctx, "guard_kept", False):
                     out = [self.kept_branches(stmt, out[0], fctx)]
                 return out
             if ctx.blocked:
