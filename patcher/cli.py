@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_graph_parser(subparsers)
     _add_repair_parser(subparsers)
+    from .plan.cli import add_plan_parser
+
+    add_plan_parser(subparsers)
     try:
         from .rewrite.cli import add_patch_parser
     except ImportError:
