@@ -267,8 +267,9 @@ def plan_memory(
     >>> model = LlamaForCausalLM(config).eval()
     >>> sample = {"input_ids": torch.randint(0, 64, (2, 5))}
     >>> plan = plan_memory(model, trace_subgraphs(model, sample, ["LlamaDecoderLayer"]), sample, samples=8)
-    >>> plan.batches, plan.subgraphs[1].input_bytes  # 4 batches x (2 x 5 x 16 float32 hidden states + rotary cos/sin)
-    (4, 5120)
+    >>> # 4 batches x (hidden states 2x5x16 + cos, sin 1x5x8 float32, position ids 1x5 int64)
+    >>> plan.batches, plan.subgraphs[1].input_bytes
+    (4, 4000)
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")

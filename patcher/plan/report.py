@@ -69,8 +69,8 @@ def plan_model(
     ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
 
     >>> plan = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=2048, samples=512, algorithm="gptq")
-    >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states + cos/sin, bf16
-    (33, 17825792)
+    >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
+    (33, 17842176)
     """
     from ..attempt import prepare_trace
     from ..partition import trace_subgraphs
