@@ -127,3 +127,16 @@ def test_cli_plan_json_and_table(capsys):
 def test_cli_plan_bad_arguments(capsys):
     assert main(["plan", "LlamaForCausalLM", "Meta-Llama-3-8B", "--samples", "0"]) == 2
     assert main(["plan", "LlamaForCausalLM", "no-such-config-xyz"]) == 2
+
+
+def test_gptq_hessians_count_every_fused_expert():
+    # DeepSeek-V3 tiny: 4 routed experts, gate_up (4, 2x16, 32) and down (4, 32, 16), shared expert
+    # and dense MLP as nn.Linear; MLA projections as nn.Linear.
+    model = tiny_model("DeepseekV3ForCausalLM", dtype=torch.bfloat16)  # grouped_mm on meta wants bf16
+    sample = {"input_ids": torch.randint(3, 96, (1, 4))}
+    subgraphs = trace_subgraphs(model, sample, ["DeepseekV3DecoderLayer"])
+    plan = plan_memory(model.to("meta"), subgraphs, sample, algorithm="gptq")
+    linears = [m for m in model.model.layers[1].modules() if isinstance(m, torch.nn.Linear)]
+    expected = sum(m.in_features**2 * 4 for m in linears) + 4 * (2 * 32**2 + 16**2) * 4
+    assert plan.subgraphs[1].hessian_bytes == expected
+    assert plan.subgraphs[1].hessian_linears == len(linears) + 4 * 3

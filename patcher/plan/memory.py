@@ -17,6 +17,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 from torch import fx, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ..partition import Subgraph
 from ..trace.tracer import ROOT_ATTRIBUTE, GraphRoot
@@ -145,16 +147,33 @@ def bytes_by_dtype(tensors: Iterable[torch.Tensor]) -> dict[str, int]:
 
 
 def hessians(model: nn.Module, subgraph: Subgraph) -> tuple[int, int]:
-    """(bytes, count) of GPTQ Hessians: in_features^2 fp32 per nn.Linear inside the targets."""
+    """(bytes, count) of GPTQ Hessians: in_features^2 fp32 per linear inside the targets.
+
+    Linears are ``nn.Linear`` modules, and the experts of fused MoE modules (a class named
+    ``...Experts`` holding 3-d parameters ``(experts, out, in)`` used with ``F.linear``, as in
+    transformers 5): one linear per expert, two for a fused ``gate_up_proj``, as a GPTQ run that
+    calibrates every expert's projections separately needs."""
     seen: set[int] = set()
     total = count = 0
     for target in subgraph.targets:
         for module in model.get_submodule(target).modules():
-            if isinstance(module, nn.Linear) and id(module) not in seen:
-                seen.add(id(module))
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if isinstance(module, nn.Linear):
                 total += module.in_features ** 2 * 4
                 count += 1
+            elif type(module).__name__.endswith("Experts"):
+                for name, parameter in module.named_parameters(recurse=False):
+                    if parameter.ndim == 3:
+                        linears = parameter.shape[0] * (2 if "gate_up" in name else 1)
+                        total += linears * parameter.shape[-1] ** 2 * 4
+                        count += linears
     return total, count
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
 
 
 def _to_meta(value: Any) -> Any:
@@ -182,12 +201,31 @@ def _materialize(value: Any) -> Any:
     return value
 
 
+class _MetaWhereMixed(TorchFunctionMode):
+    """Integer inputs (token ids, masks, image grids) stay real CPU tensors so that code reading
+    their values (a vision tower's grid, a mask builder's ``.all()``) still works; an operation
+    mixing them with meta tensors gets them moved to meta, so every large value stays on meta."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = tree_flatten((args, kwargs))[0]
+        devices = {value.device.type for value in flat if isinstance(value, torch.Tensor) and value.ndim}
+        if "meta" in devices and len(devices) > 1:
+            args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _meta_tensor(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) and value.ndim else value
+
+
 def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
     graph-value bytes (a value is freed after its last reader; outputs live to the end).
 
-    A function that needs values (a mask builder asking ``.all()``) runs on CPU stand-ins of
-    ones instead, and its result goes back to meta."""
+    Integer sample inputs may be real CPU tensors (see :class:`_MetaWhereMixed`). A function
+    that needs values of a meta tensor runs on CPU stand-ins of ones instead, and its result goes
+    back to meta."""
     root = GraphRoot(model, subgraph.constants)
     nodes = list(subgraph.graph.nodes)
     last_use: dict[fx.Node, int] = {}
@@ -198,7 +236,7 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any]) -
     live = peak = 0
     sizes: dict[fx.Node, int] = {}
     outputs: dict[str, Any] = {}
-    with torch.no_grad():
+    with torch.no_grad(), _MetaWhereMixed():
         for position, node in enumerate(nodes):
             if node.op == "placeholder":
                 value = inputs[node.name]
@@ -280,7 +318,8 @@ def plan_memory(
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     batches = math.ceil(samples / batch_size)
-    intermediates = {key: _to_meta(value) for key, value in sample.items()}
+    # large values on meta; integer tensors (ids, masks, image grids) keep their values
+    intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}
     plans = []
     for subgraph in subgraphs:
         step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}

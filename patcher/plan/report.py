@@ -77,8 +77,9 @@ def plan_model(
     from ..samples import sample_input
 
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
-    sample = sample_input(setup.config, multimodal=multimodal_data, batch_size=batch_size, seq_len=seq_len,
-                          device="meta")
-    subgraphs = trace_subgraphs(setup.model, sample, setup.targets, setup.ignore, targets_per_subgraph)
+    # on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
+    sample = sample_input(setup.config, multimodal=multimodal_data, batch_size=batch_size, seq_len=seq_len)
+    meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
+    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
     return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
                        name=f"{setup.model_class.__name__} ({model_id})")
