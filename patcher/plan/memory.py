@@ -219,7 +219,8 @@ def _meta_tensor(value: Any) -> Any:
     return value.to("meta") if isinstance(value, torch.Tensor) and value.ndim else value
 
 
-def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
+              cache: _ModuleCache | None = None) -> tuple[dict[str, Any], int]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
     graph-value bytes (a value is freed after its last reader; outputs live to the end).
 
@@ -249,7 +250,7 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any]) -
             else:
                 args = fx.map_arg(node.args, env.__getitem__)
                 kwargs = fx.map_arg(node.kwargs, env.__getitem__)
-                value = _call(model, root, node, args, kwargs)
+                value = _call(model, root, node, args, kwargs, cache)
             env[node] = value
             size = tensor_bytes(value) if node.op != "get_attr" else 0
             sizes[node] = size
@@ -264,7 +265,68 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any]) -
     return outputs, peak
 
 
-def _call(model, root, node, args, kwargs):
+_SIMPLE = (int, float, str, bool, type(None))
+#: attributes that number a layer without changing what it computes
+_LAYER_NUMBERS = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number"})
+
+
+def _structure(module: nn.Module) -> tuple:
+    """What decides a module's output shapes besides its inputs: its classes, parameter and buffer
+    shapes and dtypes, and plain attributes (sliding window, attention type), all nested."""
+    parts = []
+    for name, inner in module.named_modules():
+        attributes = tuple(sorted((key, value) for key, value in vars(inner).items()
+                                  if isinstance(value, _SIMPLE) and key not in _LAYER_NUMBERS))
+        parts.append((name, type(inner), attributes))
+    for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+        parts.append((name, tuple(tensor.shape), tensor.dtype, tensor.device.type))
+    return tuple(parts)
+
+
+def _signature(value: Any) -> tuple:
+    leaves, spec = tree_flatten(value)
+    return (str(spec),) + tuple(
+        (tuple(leaf.shape), leaf.dtype, leaf.device.type) if isinstance(leaf, torch.Tensor)
+        else leaf if isinstance(leaf, _SIMPLE) else ("object", id(leaf))
+        for leaf in leaves
+    )
+
+
+def _fresh(value: Any) -> Any:
+    """New meta tensors of the same shapes: a cached result handed out twice stays two values."""
+    return tree_map(lambda leaf: torch.empty_like(leaf, device="meta")
+                    if isinstance(leaf, torch.Tensor) and leaf.device.type == "meta" else leaf, value)
+
+
+class _ModuleCache:
+    """Identical layers (same structure, same input shapes) give outputs of the same shapes on
+    meta: run the first, hand the others its shapes. Turns a 61-layer propagation into a few runs."""
+
+    def __init__(self):
+        self.structures: dict[int, tuple] = {}
+        self.results: dict[tuple, Any] = {}
+
+    def key(self, module: nn.Module, args, kwargs) -> tuple | None:
+        if any(t.device.type != "meta" for t in list(module.parameters()) + list(module.buffers())):
+            return None  # a real model: run it
+        structure = self.structures.get(id(module))
+        if structure is None:
+            structure = self.structures[id(module)] = _structure(module)
+        return structure, module.training, _signature((args, kwargs))
+
+
+def _call(model, root, node, args, kwargs, cache: _ModuleCache | None = None):
+    if node.op == "call_module" and cache is not None:
+        module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
+        key = cache.key(module, args, kwargs)
+        if key is not None and key in cache.results:
+            return _fresh(cache.results[key])
+        result = _call(model, root, node, args, kwargs)
+        if key is not None and all(leaf.device.type == "meta" for leaf in tree_flatten(result)[0]
+                                   if isinstance(leaf, torch.Tensor)):
+            cache.results[key] = result
+        return result
+
     def run(args, kwargs):
         if node.op == "call_function":
             return node.target(*args, **kwargs)
@@ -321,10 +383,11 @@ def plan_memory(
     # large values on meta; integer tensors (ids, masks, image grids) keep their values
     intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}
     plans = []
+    cache = _ModuleCache()
     for subgraph in subgraphs:
         step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
         cached = sum(tensor_bytes(value) for value in intermediates.values())
-        outputs, peak = propagate(model, subgraph, step)
+        outputs, peak = propagate(model, subgraph, step, cache)
         in_bytes = tensor_bytes(list(step.values()))
         out_bytes = tensor_bytes(list(outputs.values()))
         params = bytes_by_dtype(subgraph_parameters(model, subgraph).values())
