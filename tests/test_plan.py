@@ -140,3 +140,9 @@ def test_gptq_hessians_count_every_fused_expert():
     expected = sum(m.in_features**2 * 4 for m in linears) + 4 * (2 * 32**2 + 16**2) * 4
     assert plan.subgraphs[1].hessian_bytes == expected
     assert plan.subgraphs[1].hessian_linears == len(linears) + 4 * 3
+
+
+def test_cli_plan_exit_1_when_the_model_does_not_trace(capsys):
+    # the original Qwen2-VL branches on a shape: plan says why, like patcher trace
+    assert main(["plan", "Qwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", "--seq-len", "32"]) == 1
+    assert "untraceable construct" in capsys.readouterr().err
