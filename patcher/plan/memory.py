@@ -406,7 +406,8 @@ def plan_memory(
             intermediates.pop(consumed, None)
         intermediates.update(outputs)
     notes = [
-        "exact: parameter bytes and activation bytes in/out (meta shapes x element size)",
+        "exact: activation bytes in/out (meta shapes x element size) and parameter bytes (every parameter "
+        "the subgraph reads, plus all buffers of the modules it calls)",
         "estimated: intermediate peak (graph-level liveness; the inside of called modules, e.g. attention "
         "scores, is not counted), no allocator overhead",
         "assumes no padding: mask builders ran on an all-ones attention mask",
