@@ -51,6 +51,8 @@ class SubgraphPlan:
     targets: list[str]
     #: parameters and buffers of the modules this subgraph calls, tied tensors once, by dtype
     parameter_bytes: dict[str, int]
+    #: of which buffers (rotary frequencies, ...): every buffer of the called modules
+    buffer_bytes: int
     #: bytes of the subgraph's inputs / outputs for one batch (exact, from meta shapes)
     input_bytes_per_batch: int
     output_bytes_per_batch: int
@@ -83,6 +85,7 @@ class MemoryPlan:
     algorithm: str
     subgraphs: list[SubgraphPlan]
     notes: list[str] = field(default_factory=list)
+    unique_parameter_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def peak_gpu_bytes(self) -> int:
@@ -96,34 +99,38 @@ class MemoryPlan:
 
     @property
     def parameter_bytes(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for s in self.subgraphs:
-            for dtype, size in s.parameter_bytes.items():
-                total[dtype] = total.get(dtype, 0) + size
-        return total
+        """Bytes by dtype of every tensor some subgraph needs; a weight tied across subgraphs
+        (embedding and head) once."""
+        return dict(self.unique_parameter_bytes)
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        del data["unique_parameter_bytes"]
         data["peak_gpu_bytes"] = self.peak_gpu_bytes
         data["peak_cpu_bytes"] = self.peak_cpu_bytes
         data["parameter_bytes"] = self.parameter_bytes
         return data
 
 
-def subgraph_parameters(model: nn.Module, subgraph: Subgraph) -> dict[int, torch.Tensor]:
+def subgraph_parameters(model: nn.Module, subgraph: Subgraph, read: Mapping[int, torch.Tensor] = {}) -> dict[int, torch.Tensor]:
     """Parameters and buffers the subgraph needs on the device, keyed by tensor identity (tied
-    weights once): those of every module it calls, and tensors it reads with get_attr."""
+    weights once): all of every module it calls (what offloading moves), tensors it reads with
+    get_attr, and ``read``: the model's tensors its code read while it ran (a module passed by
+    reference to an opaque function, e.g. ``get_image_features(self.model, ...)``, counts only
+    for what that function reads, never whole)."""
     tensors: dict[int, torch.Tensor] = {}
-    for name in subgraph.modules:
-        if name == ROOT_ATTRIBUTE:
-            continue  # the model passed by reference: its weights are not read here
-        module = model.get_submodule(name)
+    for node in subgraph.graph.find_nodes(op="call_module"):
+        if node.target == ROOT_ATTRIBUTE:
+            continue
+        module = model.get_submodule(str(node.target))
         for tensor in list(module.parameters()) + list(module.buffers()):
             tensors.setdefault(id(tensor), tensor)
     for node in subgraph.graph.find_nodes(op="get_attr"):
         value = _attribute(model, str(node.target))
         if isinstance(value, torch.Tensor):
             tensors.setdefault(id(value), value)
+    for key, tensor in read.items():
+        tensors.setdefault(key, tensor)
     return tensors
 
 
@@ -206,9 +213,17 @@ class _MetaWhereMixed(TorchFunctionMode):
     their values (a vision tower's grid, a mask builder's ``.all()``) still works; an operation
     mixing them with meta tensors gets them moved to meta, so every large value stays on meta."""
 
+    def __init__(self, weights: Mapping[int, torch.Tensor] | None = None):
+        super().__init__()
+        self.weights = weights or {}
+        self.read: dict[int, torch.Tensor] = {}
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         flat = tree_flatten((args, kwargs))[0]
+        for value in flat:
+            if isinstance(value, torch.Tensor) and id(value) in self.weights:
+                self.read[id(value)] = value
         devices = {value.device.type for value in flat if isinstance(value, torch.Tensor) and value.ndim}
         if "meta" in devices and len(devices) > 1:
             args, kwargs = tree_map(_meta_tensor, (args, kwargs))
@@ -220,7 +235,8 @@ def _meta_tensor(value: Any) -> Any:
 
 
 def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
-              cache: _ModuleCache | None = None) -> tuple[dict[str, Any], int]:
+              cache: _ModuleCache | None = None,
+              weights: Mapping[int, torch.Tensor] | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
     graph-value bytes (a value is freed after its last reader; outputs live to the end).
 
@@ -237,7 +253,8 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
     live = peak = 0
     sizes: dict[fx.Node, int] = {}
     outputs: dict[str, Any] = {}
-    with torch.no_grad(), _MetaWhereMixed():
+    mode = _MetaWhereMixed(weights)
+    with torch.no_grad(), mode:
         for position, node in enumerate(nodes):
             if node.op == "placeholder":
                 value = inputs[node.name]
@@ -262,7 +279,7 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
                     env_value = env[used]
                     if used.op != "placeholder":
                         del env_value
-    return outputs, peak
+    return outputs, peak, mode.read
 
 
 _SIMPLE = (int, float, str, bool, type(None))
@@ -384,16 +401,22 @@ def plan_memory(
     intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}
     plans = []
     cache = _ModuleCache()
+    weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    every_needed: dict[int, torch.Tensor] = {}
     for subgraph in subgraphs:
         step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
         cached = sum(tensor_bytes(value) for value in intermediates.values())
-        outputs, peak = propagate(model, subgraph, step, cache)
+        outputs, peak, read = propagate(model, subgraph, step, cache, weights)
         in_bytes = tensor_bytes(list(step.values()))
         out_bytes = tensor_bytes(list(outputs.values()))
-        params = bytes_by_dtype(subgraph_parameters(model, subgraph).values())
+        needed_by_id = subgraph_parameters(model, subgraph, read)
+        every_needed.update(needed_by_id)
+        needed = needed_by_id.values()
+        params = bytes_by_dtype(needed)
+        buffers = sum(t.numel() * t.element_size() for t in needed if not isinstance(t, nn.Parameter))
         hessian_bytes, hessian_count = hessians(model, subgraph) if algorithm == "gptq" else (0, 0)
         plans.append(SubgraphPlan(
-            index=subgraph.index, targets=list(subgraph.targets), parameter_bytes=params,
+            index=subgraph.index, targets=list(subgraph.targets), parameter_bytes=params, buffer_bytes=buffers,
             input_bytes_per_batch=in_bytes, output_bytes_per_batch=out_bytes,
             input_bytes=in_bytes * batches, output_bytes=out_bytes * batches,
             hessian_bytes=hessian_bytes, hessian_linears=hessian_count,
@@ -413,4 +436,5 @@ def plan_memory(
         "assumes no padding: mask builders ran on an all-ones attention mask",
     ]
     return MemoryPlan(model=name or type(model).__name__, batch_size=batch_size, seq_len=seq_len, samples=samples,
-                      batches=batches, algorithm=algorithm, subgraphs=plans, notes=notes)
+                      batches=batches, algorithm=algorithm, subgraphs=plans, notes=notes,
+                      unique_parameter_bytes=bytes_by_dtype(every_needed.values()))

@@ -45,7 +45,7 @@ def format_plan(plan: MemoryPlan) -> str:
     head = (f"Memory plan for {plan.model}: {plan.samples} samples in {plan.batches} batches ({shape}), "
             f"algorithm {plan.algorithm}")
     return "\n".join([head] + lines + [
-        f"parameters: {params}",
+        f"parameters (tied weights once): {params}",
         f"peak GPU (one subgraph on the device, the rest offloaded): {human(plan.peak_gpu_bytes)}",
         f"peak CPU (cached activations, all batches): {human(plan.peak_cpu_bytes)}",
     ] + [f"note: {note}" for note in plan.notes])
