@@ -163,6 +163,7 @@ COMMAND_HELP = {
     "graph": "draw the traced graph with its partition into subgraphs (svg, png, pdf or dot)",
     "repair": "patch a model's modeling file, guided by tracing, until it traces",
     "patch": "rewrite a modeling file so that torch.fx can trace it",
+    "plan": "per-subgraph GPU and CPU memory of a sequential calibration run, before it starts",
 }
 
 
@@ -178,7 +179,14 @@ def _add_patch(subparsers) -> None:
     add_patch_parser(subparsers)
 
 
-_BUILDERS = {"trace": _add_trace_parser, "graph": _add_graph, "repair": _add_repair_parser, "patch": _add_patch}
+def _add_plan(subparsers) -> None:
+    from .plan.cli import add_plan_parser
+
+    add_plan_parser(subparsers)
+
+
+_BUILDERS = {"trace": _add_trace_parser, "graph": _add_graph, "repair": _add_repair_parser, "patch": _add_patch,
+             "plan": _add_plan}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

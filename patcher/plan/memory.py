@@ -1,0 +1,440 @@
+"""Memory plan for sequential calibration: bytes per subgraph from meta-tensor propagation.
+
+Every subgraph of a traced model runs once on the ``meta`` device (the model stays on meta,
+no weights are allocated): each node's output shape and dtype give its bytes, so the
+activations handed between subgraphs are known exactly, for any architecture, with no formula
+per model. What the plan *measures* (exact, checked against real runs on tiny models):
+parameter bytes per subgraph and activation bytes at every boundary. What it *estimates*:
+the intermediate peak inside a subgraph (liveness of graph values; the inside of a called
+module such as attention's score matrix is not visible) and allocator overheads (none counted).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+import torch
+from torch import fx, nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..partition import Subgraph
+from ..trace.tracer import ROOT_ATTRIBUTE, GraphRoot
+
+ALGORITHMS = ("none", "gptq")
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of every tensor in ``value`` (nested tuples, lists, dicts, dataclass-like outputs)."""
+    return sum(t.numel() * t.element_size() for t in _tensors(value))
+
+
+def _tensors(value: Any, seen: set[int] | None = None):
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        if id(value) not in seen:
+            seen.add(id(value))
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item, seen)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item, seen)
+
+
+@dataclass
+class SubgraphPlan:
+    index: int
+    targets: list[str]
+    #: parameters and buffers of the modules this subgraph calls, tied tensors once, by dtype
+    parameter_bytes: dict[str, int]
+    #: of which buffers (rotary frequencies, ...): every buffer of the called modules
+    buffer_bytes: int
+    #: bytes of the subgraph's inputs / outputs for one batch (exact, from meta shapes)
+    input_bytes_per_batch: int
+    output_bytes_per_batch: int
+    #: the same for the whole calibration set (per batch x number of batches)
+    input_bytes: int
+    output_bytes: int
+    #: GPTQ: one fp32 in_features^2 Hessian per nn.Linear inside the targets
+    hessian_bytes: int
+    hessian_linears: int
+    #: estimated: max live graph values while the subgraph runs one batch (inputs included)
+    intermediate_peak_bytes: int
+    #: GPU peak with this subgraph resident: parameters + Hessians + intermediate peak
+    gpu_peak_bytes: int
+    #: CPU cache while it runs: every cached value (all batches) + its outputs (all batches;
+    #: not for the last subgraph, whose outputs are the model's and are not cached)
+    cpu_cache_bytes: int
+
+    @property
+    def parameter_total(self) -> int:
+        return sum(self.parameter_bytes.values())
+
+
+@dataclass
+class MemoryPlan:
+    model: str
+    batch_size: int
+    seq_len: int | None
+    samples: int
+    batches: int
+    algorithm: str
+    subgraphs: list[SubgraphPlan]
+    notes: list[str] = field(default_factory=list)
+    unique_parameter_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def peak_gpu_bytes(self) -> int:
+        """One subgraph on the device, the rest offloaded: the largest subgraph peak."""
+        return max((s.gpu_peak_bytes for s in self.subgraphs), default=0)
+
+    @property
+    def peak_cpu_bytes(self) -> int:
+        """Cached activations between subgraphs (all batches), at the worst boundary."""
+        return max((s.cpu_cache_bytes for s in self.subgraphs), default=0)
+
+    @property
+    def parameter_bytes(self) -> dict[str, int]:
+        """Bytes by dtype of every tensor some subgraph needs; a weight tied across subgraphs
+        (embedding and head) once."""
+        return dict(self.unique_parameter_bytes)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        del data["unique_parameter_bytes"]
+        data["peak_gpu_bytes"] = self.peak_gpu_bytes
+        data["peak_cpu_bytes"] = self.peak_cpu_bytes
+        data["parameter_bytes"] = self.parameter_bytes
+        return data
+
+
+def subgraph_parameters(model: nn.Module, subgraph: Subgraph, read: Mapping[int, torch.Tensor] = {}) -> dict[int, torch.Tensor]:
+    """Parameters and buffers the subgraph needs on the device, keyed by tensor identity (tied
+    weights once): all of every module it calls (what offloading moves), tensors it reads with
+    get_attr, and ``read``: the model's tensors its code read while it ran (a module passed by
+    reference to an opaque function, e.g. ``get_image_features(self.model, ...)``, counts only
+    for what that function reads, never whole)."""
+    tensors: dict[int, torch.Tensor] = {}
+    for node in subgraph.graph.find_nodes(op="call_module"):
+        if node.target == ROOT_ATTRIBUTE:
+            continue
+        module = model.get_submodule(str(node.target))
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            tensors.setdefault(id(tensor), tensor)
+    for node in subgraph.graph.find_nodes(op="get_attr"):
+        value = _attribute(model, str(node.target))
+        if isinstance(value, torch.Tensor):
+            tensors.setdefault(id(value), value)
+    for key, tensor in read.items():
+        tensors.setdefault(key, tensor)
+    return tensors
+
+
+def _attribute(model: nn.Module, target: str) -> Any:
+    value: Any = model
+    for part in target.split("."):
+        if part == ROOT_ATTRIBUTE:
+            continue
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def bytes_by_dtype(tensors: Iterable[torch.Tensor]) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for tensor in tensors:
+        key = str(tensor.dtype).removeprefix("torch.")
+        result[key] = result.get(key, 0) + tensor.numel() * tensor.element_size()
+    return dict(sorted(result.items()))
+
+
+def hessians(model: nn.Module, subgraph: Subgraph) -> tuple[int, int]:
+    """(bytes, count) of GPTQ Hessians: in_features^2 fp32 per linear inside the targets.
+
+    Linears are ``nn.Linear`` modules, and the experts of fused MoE modules (a class named
+    ``...Experts`` holding 3-d parameters ``(experts, out, in)`` used with ``F.linear``, as in
+    transformers 5): one linear per expert, two for a fused ``gate_up_proj``, as a GPTQ run that
+    calibrates every expert's projections separately needs."""
+    seen: set[int] = set()
+    total = count = 0
+    for target in subgraph.targets:
+        for module in model.get_submodule(target).modules():
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            if isinstance(module, nn.Linear):
+                total += module.in_features ** 2 * 4
+                count += 1
+            elif type(module).__name__.endswith("Experts"):
+                for name, parameter in module.named_parameters(recurse=False):
+                    if parameter.ndim == 3:
+                        linears = parameter.shape[0] * (2 if "gate_up" in name else 1)
+                        total += linears * parameter.shape[-1] ** 2 * 4
+                        count += linears
+    return total, count
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
+
+
+def _to_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to("meta")
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_to_meta(v) for v in value)
+    if isinstance(value, list):
+        return [_to_meta(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_meta(v) for k, v in value.items()}
+    return value
+
+
+def _materialize(value: Any) -> Any:
+    """A CPU stand-in for a meta tensor (ones: an all-ones attention mask means no padding)."""
+    if isinstance(value, torch.Tensor) and value.device.type == "meta":
+        return torch.ones(value.shape, dtype=value.dtype)
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_materialize(v) for v in value)
+    if isinstance(value, list):
+        return [_materialize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    return value
+
+
+class _MetaWhereMixed(TorchFunctionMode):
+    """Integer inputs (token ids, masks, image grids) stay real CPU tensors so that code reading
+    their values (a vision tower's grid, a mask builder's ``.all()``) still works; an operation
+    mixing them with meta tensors gets them moved to meta, so every large value stays on meta."""
+
+    def __init__(self, weights: Mapping[int, torch.Tensor] | None = None):
+        super().__init__()
+        self.weights = weights or {}
+        self.read: dict[int, torch.Tensor] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = tree_flatten((args, kwargs))[0]
+        for value in flat:
+            if isinstance(value, torch.Tensor) and id(value) in self.weights:
+                self.read[id(value)] = value
+        devices = {value.device.type for value in flat if isinstance(value, torch.Tensor) and value.ndim}
+        if "meta" in devices and len(devices) > 1:
+            args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _meta_tensor(value: Any) -> Any:
+    return value.to("meta") if isinstance(value, torch.Tensor) and value.ndim else value
+
+
+def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
+              cache: _ModuleCache | None = None,
+              weights: Mapping[int, torch.Tensor] | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
+    """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
+    graph-value bytes (a value is freed after its last reader; outputs live to the end).
+
+    Integer sample inputs may be real CPU tensors (see :class:`_MetaWhereMixed`). A function
+    that needs values of a meta tensor runs on CPU stand-ins of ones instead, and its result goes
+    back to meta."""
+    root = GraphRoot(model, subgraph.constants)
+    nodes = list(subgraph.graph.nodes)
+    last_use: dict[fx.Node, int] = {}
+    for position, node in enumerate(nodes):
+        for value in node.all_input_nodes:
+            last_use[value] = position
+    env: dict[fx.Node, Any] = {}
+    live = peak = 0
+    sizes: dict[fx.Node, int] = {}
+    outputs: dict[str, Any] = {}
+    mode = _MetaWhereMixed(weights)
+    with torch.no_grad(), mode:
+        for position, node in enumerate(nodes):
+            if node.op == "placeholder":
+                value = inputs[node.name]
+            elif node.op == "get_attr":
+                value = getattr(root, node.target) if "." not in node.target else _attribute(model, node.target)
+            elif node.op == "output":
+                result = fx.map_arg(node.args[0], env.__getitem__)
+                outputs = result if isinstance(result, dict) else {"output": result}
+                break
+            else:
+                args = fx.map_arg(node.args, env.__getitem__)
+                kwargs = fx.map_arg(node.kwargs, env.__getitem__)
+                value = _call(model, root, node, args, kwargs, cache)
+            env[node] = value
+            size = tensor_bytes(value) if node.op != "get_attr" else 0
+            sizes[node] = size
+            live += size
+            peak = max(peak, live)
+            for used in node.all_input_nodes:
+                if last_use.get(used) == position:
+                    live -= sizes.pop(used, 0)
+                    env_value = env[used]
+                    if used.op != "placeholder":
+                        del env_value
+    return outputs, peak, mode.read
+
+
+_SIMPLE = (int, float, str, bool, type(None))
+#: attributes that number a layer without changing what it computes
+_LAYER_NUMBERS = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number"})
+
+
+def _structure(module: nn.Module) -> tuple:
+    """What decides a module's output shapes besides its inputs: its classes, parameter and buffer
+    shapes and dtypes, and plain attributes (sliding window, attention type), all nested."""
+    parts = []
+    for name, inner in module.named_modules():
+        attributes = tuple(sorted((key, value) for key, value in vars(inner).items()
+                                  if isinstance(value, _SIMPLE) and key not in _LAYER_NUMBERS))
+        parts.append((name, type(inner), attributes))
+    for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+        parts.append((name, tuple(tensor.shape), tensor.dtype, tensor.device.type))
+    return tuple(parts)
+
+
+def _signature(value: Any) -> tuple:
+    leaves, spec = tree_flatten(value)
+    return (str(spec),) + tuple(
+        (tuple(leaf.shape), leaf.dtype, leaf.device.type) if isinstance(leaf, torch.Tensor)
+        else leaf if isinstance(leaf, _SIMPLE) else ("object", id(leaf))
+        for leaf in leaves
+    )
+
+
+def _fresh(value: Any) -> Any:
+    """New meta tensors of the same shapes: a cached result handed out twice stays two values."""
+    return tree_map(lambda leaf: torch.empty_like(leaf, device="meta")
+                    if isinstance(leaf, torch.Tensor) and leaf.device.type == "meta" else leaf, value)
+
+
+class _ModuleCache:
+    """Identical layers (same structure, same input shapes) give outputs of the same shapes on
+    meta: run the first, hand the others its shapes. Turns a 61-layer propagation into a few runs."""
+
+    def __init__(self):
+        self.structures: dict[int, tuple] = {}
+        self.results: dict[tuple, Any] = {}
+
+    def key(self, module: nn.Module, args, kwargs) -> tuple | None:
+        if any(t.device.type != "meta" for t in list(module.parameters()) + list(module.buffers())):
+            return None  # a real model: run it
+        structure = self.structures.get(id(module))
+        if structure is None:
+            structure = self.structures[id(module)] = _structure(module)
+        return structure, module.training, _signature((args, kwargs))
+
+
+def _call(model, root, node, args, kwargs, cache: _ModuleCache | None = None):
+    if node.op == "call_module" and cache is not None:
+        module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
+        key = cache.key(module, args, kwargs)
+        if key is not None and key in cache.results:
+            return _fresh(cache.results[key])
+        result = _call(model, root, node, args, kwargs)
+        if key is not None and all(leaf.device.type == "meta" for leaf in tree_flatten(result)[0]
+                                   if isinstance(leaf, torch.Tensor)):
+            cache.results[key] = result
+        return result
+
+    def run(args, kwargs):
+        if node.op == "call_function":
+            return node.target(*args, **kwargs)
+        if node.op == "call_method":
+            return getattr(args[0], node.target)(*args[1:], **kwargs)
+        module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
+        return module(*args, **kwargs)
+
+    try:
+        return run(args, kwargs)
+    except (RuntimeError, NotImplementedError):
+        if node.op == "call_module":
+            raise
+        return _to_meta(run(_materialize(args), _materialize(kwargs)))
+
+
+def plan_memory(
+    model: nn.Module,
+    subgraphs: list[Subgraph],
+    sample: Mapping[str, Any],
+    *,
+    samples: int | None = None,
+    algorithm: str = "none",
+    name: str | None = None,
+) -> MemoryPlan:
+    """The memory plan for calibrating ``model`` subgraph by subgraph with ``samples`` samples
+    fed in batches shaped like ``sample`` (its first dimension is the batch size).
+
+    ``model`` may be on the meta device (the usual case) or real: only shapes and dtypes are
+    read. ``algorithm`` is ``"none"`` or ``"gptq"`` (Hessians of in_features^2 fp32 per
+    nn.Linear inside each subgraph's targets).
+
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from patcher import trace_subgraphs
+    >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+    ...                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> sample = {"input_ids": torch.randint(0, 64, (2, 5))}
+    >>> plan = plan_memory(model, trace_subgraphs(model, sample, ["LlamaDecoderLayer"]), sample, samples=8)
+    >>> # 4 batches x (hidden states 2x5x16 + cos, sin 1x5x8 float32, position ids 1x5 int64)
+    >>> plan.batches, plan.subgraphs[1].input_bytes
+    (4, 4000)
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    tensors = [value for value in sample.values() if isinstance(value, torch.Tensor)]
+    batch_size = tensors[0].shape[0] if tensors and tensors[0].ndim else 1
+    seq_len = int(tensors[0].shape[1]) if tensors and tensors[0].ndim > 1 else None
+    samples = batch_size if samples is None else samples
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    batches = math.ceil(samples / batch_size)
+    # large values on meta; integer tensors (ids, masks, image grids) keep their values
+    intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}
+    plans = []
+    cache = _ModuleCache()
+    weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+    every_needed: dict[int, torch.Tensor] = {}
+    for subgraph in subgraphs:
+        step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+        cached = sum(tensor_bytes(value) for value in intermediates.values())
+        outputs, peak, read = propagate(model, subgraph, step, cache, weights)
+        in_bytes = tensor_bytes(list(step.values()))
+        out_bytes = tensor_bytes(list(outputs.values()))
+        needed_by_id = subgraph_parameters(model, subgraph, read)
+        every_needed.update(needed_by_id)
+        needed = needed_by_id.values()
+        params = bytes_by_dtype(needed)
+        buffers = sum(t.numel() * t.element_size() for t in needed if not isinstance(t, nn.Parameter))
+        hessian_bytes, hessian_count = hessians(model, subgraph) if algorithm == "gptq" else (0, 0)
+        plans.append(SubgraphPlan(
+            index=subgraph.index, targets=list(subgraph.targets), parameter_bytes=params, buffer_bytes=buffers,
+            input_bytes_per_batch=in_bytes, output_bytes_per_batch=out_bytes,
+            input_bytes=in_bytes * batches, output_bytes=out_bytes * batches,
+            hessian_bytes=hessian_bytes, hessian_linears=hessian_count,
+            intermediate_peak_bytes=peak,
+            gpu_peak_bytes=sum(params.values()) + hessian_bytes + peak,
+            # the last subgraph's outputs are the model's (logits): nothing caches them
+            cpu_cache_bytes=(cached + (out_bytes if subgraph is not subgraphs[-1] else 0)) * batches,
+        ))
+        for consumed in subgraph.consumed_names:
+            intermediates.pop(consumed, None)
+        intermediates.update(outputs)
+    notes = [
+        "exact: activation bytes in/out (meta shapes x element size) and parameter bytes (every parameter "
+        "the subgraph reads, plus all buffers of the modules it calls)",
+        "estimated: intermediate peak (graph-level liveness; the inside of called modules, e.g. attention "
+        "scores, is not counted), no allocator overhead",
+        "assumes no padding: mask builders ran on an all-ones attention mask",
+    ]
+    return MemoryPlan(model=name or type(model).__name__, batch_size=batch_size, seq_len=seq_len, samples=samples,
+                      batches=batches, algorithm=algorithm, subgraphs=plans, notes=notes,
+                      unique_parameter_bytes=bytes_by_dtype(every_needed.values()))

@@ -1,0 +1,85 @@
+"""Readable table and JSON for a :class:`~patcher.plan.memory.MemoryPlan`; ``plan_model``."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .memory import MemoryPlan, plan_memory
+
+
+def human(size: int) -> str:
+    """Binary units, three significant digits: ``1.39 GiB``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.1f} {unit}" if value >= 10 else \
+                f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def _targets(names: list[str]) -> str:
+    if not names:
+        return "-"
+    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)})"
+
+
+def format_plan(plan: MemoryPlan) -> str:
+    """A table, one row per subgraph, then the totals."""
+    gptq = plan.algorithm == "gptq"
+    header = ["subgraph", "targets", "params", "acts in", "acts out"] + (["hessians"] if gptq else []) + \
+        ["gpu peak", "cpu cache"]
+    rows = [header]
+    for s in plan.subgraphs:
+        params = " + ".join(f"{human(size)} {dtype}" for dtype, size in s.parameter_bytes.items()) or "0 B"
+        rows.append([str(s.index), _targets(s.targets), params, human(s.input_bytes), human(s.output_bytes)]
+                    + ([human(s.hessian_bytes)] if gptq else []) + [human(s.gpu_peak_bytes), human(s.cpu_cache_bytes)])
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if c in (1, 2) else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths)))
+             .rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    shape = f"batch {plan.batch_size} x seq {plan.seq_len}" if plan.seq_len else f"batch {plan.batch_size}"
+    params = " + ".join(f"{human(size)} {dtype}" for dtype, size in plan.parameter_bytes.items())
+    head = (f"Memory plan for {plan.model}: {plan.samples} samples in {plan.batches} batches ({shape}), "
+            f"algorithm {plan.algorithm}")
+    return "\n".join([head] + lines + [
+        f"parameters (tied weights once): {params}",
+        f"peak GPU (one subgraph on the device, the rest offloaded): {human(plan.peak_gpu_bytes)}",
+        f"peak CPU (cached activations, all batches): {human(plan.peak_cpu_bytes)}",
+    ] + [f"note: {note}" for note in plan.notes])
+
+
+def plan_model(
+    model_id: str,
+    model_class: str | type,
+    *,
+    batch_size: int = 1,
+    seq_len: int = 2048,
+    samples: int = 512,
+    algorithm: str = "none",
+    multimodal_data: bool = False,
+    sequential_targets: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str | None = None,
+    extra_ignore: Iterable[str] | str = (),
+    targets_per_subgraph: int = 1,
+) -> MemoryPlan:
+    """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
+    ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
+
+    >>> plan = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=2048, samples=512, algorithm="gptq")
+    >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
+    (33, 17842176)
+    """
+    from ..attempt import prepare_trace
+    from ..partition import trace_subgraphs
+    from ..samples import sample_input
+
+    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
+    # on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
+    sample = sample_input(setup.config, multimodal=multimodal_data, batch_size=batch_size, seq_len=seq_len)
+    meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
+    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
+    return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
+                       name=f"{setup.model_class.__name__} ({model_id})")

@@ -1,0 +1,165 @@
+"""``patcher plan``: the bytes predicted from meta shapes equal the bytes of the real run.
+
+Tiny models run the chain on CPU for real; each subgraph's inputs, outputs and the weights it
+reads (recorded with a TorchFunctionMode, independently of the plan's module list) are
+measured and must equal the plan byte for byte.
+"""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+import transformers
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+from patcher import trace_subgraphs
+from patcher.cli import main
+from patcher.plan import plan_memory
+from patcher.plan.memory import tensor_bytes
+from tests.tiny_models import decoder_layer, tiny_model
+
+
+class ReadWeights(TorchFunctionMode):
+    """Records which of the model's parameters and buffers the code reads."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
+        self.read = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        for value in tree_flatten((args, kwargs or {}))[0]:
+            if isinstance(value, torch.Tensor) and id(value) in self.weights:
+                self.read[id(value)] = value
+        return func(*args, **(kwargs or {}))
+
+
+def measure(model, subgraphs, sample):
+    """Per subgraph: (input bytes, output bytes, parameters read) of a real CPU run."""
+    intermediates, measured = dict(sample), []
+    with torch.no_grad():
+        for subgraph in subgraphs:
+            step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+            with ReadWeights(model) as mode:
+                outputs = subgraph._run(model, step)  # no run-time checks: they read weights too
+            weights = {i: t for i, t in mode.read.items() if isinstance(t, torch.nn.Parameter)}
+            measured.append((tensor_bytes(list(step.values())), tensor_bytes(list(outputs.values())), weights))
+            for name in subgraph.consumed_names:
+                intermediates.pop(name, None)
+            intermediates.update(outputs)
+    return measured
+
+
+def check_exact(model, targets, sample, samples, ignore=None):
+    subgraphs = trace_subgraphs(model, sample, targets, ignore)
+    meta_model = copy.deepcopy(model).to("meta")
+    meta_model.tie_weights()  # moving to meta makes new Parameters, one per module
+    plan = plan_memory(meta_model, subgraphs, sample, samples=samples, algorithm="gptq")
+    batches = math.ceil(samples / next(iter(sample.values())).shape[0])
+    assert plan.batches == batches
+    for predicted, (inputs, outputs, weights) in zip(plan.subgraphs, measure(model, subgraphs, sample), strict=True):
+        assert (predicted.input_bytes_per_batch, predicted.output_bytes_per_batch) == (inputs, outputs)
+        assert (predicted.input_bytes, predicted.output_bytes) == (inputs * batches, outputs * batches)
+        # parameters: exactly those the real run reads; buffers: every buffer of the modules it calls
+        # (what offloading moves to the device), a superset of those read (rotary original_inv_freq)
+        read = sum(t.numel() * t.element_size() for t in weights.values())
+        assert predicted.parameter_total - predicted.buffer_bytes == read, predicted.index
+    return plan
+
+
+@pytest.mark.parametrize("model_name", ["LlamaForCausalLM", "Qwen2ForCausalLM"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_plan_bytes_equal_a_real_run(model_name, dtype):
+    model = tiny_model(model_name, dtype=dtype)
+    sample = {"input_ids": torch.randint(3, 96, (2, 7)), "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    plan = check_exact(model, [decoder_layer(model_name)], sample, samples=5)
+    assert plan.batches == 3
+    assert str(dtype).removeprefix("torch.") in plan.parameter_bytes
+    # every tensor of the model, once
+    tensors = {id(t): t for t in list(model.parameters()) + list(model.buffers())}.values()
+    assert sum(plan.parameter_bytes.values()) == sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_tied_weights_count_once_in_the_total():
+    model = tiny_model("LlamaForCausalLM", tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    # with an attention mask, as plan_model's samples (without one, the meta run builds a causal
+    # mask that eager skips: b x s x s bytes too many)
+    sample = {"input_ids": torch.randint(3, 96, (1, 4)), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    plan = check_exact(model, ["LlamaDecoderLayer"], sample, samples=1)
+    embedding = 96 * 32 * 4
+    assert plan.subgraphs[0].parameter_total >= embedding and plan.subgraphs[-1].parameter_total >= embedding
+    tensors = {id(t): t for t in list(model.parameters()) + list(model.buffers())}.values()
+    assert sum(plan.parameter_bytes.values()) == sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("config_name, model_name", [
+    ("MllamaConfig", "TraceableMllamaForConditionalGeneration"),
+    ("Qwen2VLConfig", "TraceableQwen2VLForConditionalGeneration"),  # the vision tower reads the image grid
+])
+def test_plan_bytes_equal_a_real_run_with_an_image(config_name, model_name):
+    import zoo
+    from patcher.attempt import default_targets, zoo_recipe
+    from patcher.coverage.shrink import shrink_config
+    from patcher.samples import sample_input
+    from patcher.trace import DEFAULT_IGNORE
+
+    config = shrink_config(getattr(transformers, config_name))
+    torch.manual_seed(0)
+    model = getattr(zoo, model_name)(config).eval()
+    sample = sample_input(config, multimodal=True)
+    ignore = list(DEFAULT_IGNORE) + list(zoo_recipe(model).DEFAULT_IGNORE)
+    check_exact(model, default_targets(model), sample, samples=3, ignore=ignore)
+
+
+def test_gptq_hessians_are_in_features_squared_fp32():
+    model = tiny_model("LlamaForCausalLM")
+    sample = {"input_ids": torch.randint(3, 96, (1, 4))}
+    subgraphs = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+    plan = plan_memory(model.to("meta"), subgraphs, sample, algorithm="gptq")
+    # q, k, v, o (in 32, 32, 32, 32) and gate, up (32), down (48) per layer; the head has no target
+    assert [s.hessian_bytes for s in plan.subgraphs] == [(6 * 32**2 + 48**2) * 4] * 3 + [0]
+    assert plan.peak_gpu_bytes == max(s.parameter_total + s.hessian_bytes + s.intermediate_peak_bytes
+                                      for s in plan.subgraphs)
+    none = plan_memory(model, subgraphs, sample)
+    assert all(s.hessian_bytes == 0 for s in none.subgraphs)
+
+
+def test_cli_plan_json_and_table(capsys):
+    assert main(["plan", "LlamaForCausalLM", "Meta-Llama-3-8B", "--seq-len", "2048", "--samples", "512",
+                 "--algorithm", "gptq", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["subgraphs"]) == 33 and data["batches"] == 512
+    # a decoder layer's input: hidden states + rotary cos/sin (bf16), position ids (int64)
+    assert data["subgraphs"][1]["input_bytes_per_batch"] == 2048 * (4096 + 2 * 128) * 2 + 2048 * 8
+    # 7 Linears per layer; hidden 4096 (q, k, v, gate, up) and o 4096, down 14336
+    assert data["subgraphs"][1]["hessian_bytes"] == (6 * 4096**2 + 14336**2) * 4
+    assert main(["plan", "LlamaForCausalLM", "Meta-Llama-3-8B", "--seq-len", "64"]) == 0
+    assert "peak GPU (one subgraph on the device, the rest offloaded)" in capsys.readouterr().out
+
+
+def test_cli_plan_bad_arguments(capsys):
+    assert main(["plan", "LlamaForCausalLM", "Meta-Llama-3-8B", "--samples", "0"]) == 2
+    assert main(["plan", "LlamaForCausalLM", "no-such-config-xyz"]) == 2
+
+
+def test_gptq_hessians_count_every_fused_expert():
+    # DeepSeek-V3 tiny: 4 routed experts, gate_up (4, 2x16, 32) and down (4, 32, 16), shared expert
+    # and dense MLP as nn.Linear; MLA projections as nn.Linear.
+    model = tiny_model("DeepseekV3ForCausalLM", dtype=torch.bfloat16)  # grouped_mm on meta wants bf16
+    sample = {"input_ids": torch.randint(3, 96, (1, 4))}
+    subgraphs = trace_subgraphs(model, sample, ["DeepseekV3DecoderLayer"])
+    plan = plan_memory(model.to("meta"), subgraphs, sample, algorithm="gptq")
+    linears = [m for m in model.model.layers[1].modules() if isinstance(m, torch.nn.Linear)]
+    expected = sum(m.in_features**2 * 4 for m in linears) + 4 * (2 * 32**2 + 16**2) * 4
+    assert plan.subgraphs[1].hessian_bytes == expected
+    assert plan.subgraphs[1].hessian_linears == len(linears) + 4 * 3
+
+
+def test_cli_plan_exit_1_when_the_model_does_not_trace(capsys):
+    # the original Qwen2-VL branches on a shape: plan says why, like patcher trace
+    assert main(["plan", "Qwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", "--seq-len", "32"]) == 1
+    assert "untraceable construct" in capsys.readouterr().err
