@@ -8,6 +8,7 @@ import torch
 import transformers
 
 from patcher.coverage.wake import wake_zero_parameters
+from patcher.images.tokens import place_spans
 
 
 def resolve(model_class: type | str) -> type:
@@ -67,19 +68,5 @@ def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], le
     allowed = torch.ones(vocab_size, dtype=torch.bool)
     allowed[[token for token in special if token is not None and 0 <= token < vocab_size]] = False
     text_pool = allowed.nonzero().flatten()
-    pad = pad_token_id(config)
-    rows, masks = [], []
-    for row in range(batch_size):
-        padding = left_padding if row == 0 else 0
-        num_text = seq_len - padding
-        text = text_pool[torch.randint(len(text_pool), (num_text,), generator=generator)].tolist()
-        cuts = sorted(torch.randint(0, num_text + 1, (len(spans),), generator=generator).tolist())
-        tokens, previous = [pad] * padding, 0
-        for cut, span in zip(cuts, spans):
-            tokens += text[previous:cut] + span
-            previous = cut
-        tokens += text[previous:]
-        rows.append(tokens)
-        masks.append([0] * padding + [1] * (len(tokens) - padding))
-    return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
+    return place_spans(text_pool, pad_token_id(config), batch_size, seq_len, spans, left_padding, generator)
 

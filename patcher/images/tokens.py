@@ -65,7 +65,13 @@ def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], le
     if special:
         allowed[special] = False
     text_pool = allowed.nonzero().flatten()
-    pad = pad_token_id(config)
+    return place_spans(text_pool, pad_token_id(config), batch_size, seq_len, spans, left_padding, generator)
+
+
+def place_spans(text_pool: torch.Tensor, pad: int, batch_size: int, seq_len: int, spans: list[list[int]],
+                left_padding: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids`` / ``attention_mask``: per row, ``seq_len`` tokens drawn from ``text_pool`` (row 0
+    starts with ``left_padding`` pads) with the ``spans`` inserted in order at random positions."""
     rows, masks = [], []
     for row in range(batch_size):
         padding = left_padding if row == 0 else 0
