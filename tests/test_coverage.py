@@ -180,3 +180,23 @@ def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
     # 1152): kept while the tower shrank, the eager image path could not run.
     config = shrink_config(transformers.Kimi_K25Config)
     assert config.projection_hidden_size == config.vision_config.hidden_size
+
+
+def test_shrinking_gives_image_placeholders_and_markers_left_none_free_ids():
+    # MiniCPM-V's config classes leave image_token_id (and 4.7's <image>/<slice>/newline marker ids)
+    # None, set from the tokenizer in checkpoints: with None the model never reads its pixels.
+    config = shrink_config(transformers.MiniCPMV4_7Config)
+    names = ("image_token_id", "video_token_id", "image_start_id", "image_end_id", "slice_start_id",
+             "slice_end_id", "newline_id")
+    ids = [getattr(config, name) for name in names]
+    vocab = config.text_config.vocab_size
+    assert all(isinstance(value, int) and 0 <= value < vocab for value in ids) and len(set(ids)) == len(ids)
+    assert set(ids) <= special_tokens(config)  # so text samples never draw them
+
+
+def test_shrinking_keeps_a_single_layer_index_inside_the_shrunk_stack():
+    # MiniCPM-V's window merger runs after vision layer insert_layer_id (6, copied from the top level
+    # into the vision config): past the shrunk tower it never ran, and that path went unchecked.
+    config = shrink_config(transformers.MiniCPMV4_6Config)
+    vision = config.vision_config
+    assert 0 <= config.insert_layer_id == vision.insert_layer_id < vision.num_hidden_layers

@@ -22,6 +22,7 @@ WITH_IMAGES = [
     "Lfm2VlForConditionalGeneration",          # SigLIP2 NaFlex: spatial_shapes + patch mask
     "InternVLForConditionalGeneration",        # fixed size, pixel shuffle
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
+    "MiniCPMV4_7ForConditionalGeneration",     # NaViT-packed patches, window merger, canvas M-RoPE from markers
 ]
 
 

@@ -23,6 +23,7 @@ LAYOUT_CASES = {
     "pixtral": "Mistral3ForConditionalGeneration",
     "square": "PaliGemmaForConditionalGeneration",
     "naflex": "Lfm2VlForConditionalGeneration",
+    "navit_packed": "MiniCPMV4_7ForConditionalGeneration",
 }
 _MODELS: dict[str, tuple] = {}
 
@@ -83,12 +84,47 @@ def test_the_pixels_reach_the_logits(layout_name):
 
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
-    for layout_name in ("qwen_vl", "pixtral", "naflex", "idefics"):
+    for layout_name in ("qwen_vl", "pixtral", "naflex", "idefics", "navit_packed"):
         config, model = tiny(LAYOUT_CASES[layout_name])
         without = multimodal_sample(config, batch_size=1, seq_len=4, generator=torch.Generator().manual_seed(0))
         with_model = multimodal_sample(config, batch_size=1, seq_len=4, generator=torch.Generator().manual_seed(0),
                                        model=model)
         assert without["input_ids"].shape == with_model["input_ids"].shape, layout_name
+
+
+@pytest.mark.parametrize("name", ["MiniCPMOcrForConditionalGeneration", "MiniCPMV4_6ForConditionalGeneration"])
+@pytest.mark.parametrize("second", [False, True])
+def test_navit_packed_pixels_are_one_row_of_patches_and_the_count_follows_the_downsample_mode(name, second):
+    # MiniCPM-OCR reads in "4x" mode (no window merger: 4x the tokens of "16x"), MiniCPM-V 4.6 in
+    # "16x": the config-derived count must follow the mode the vision path really runs in.
+    config, model = tiny(name)
+    layout = second_layout(config) if second else {}
+    sample = multimodal_sample(config, batch_size=2, seq_len=3, generator=torch.Generator().manual_seed(0),
+                               model=model, **layout)
+    size = layout.get("image_size") or layout_for(config.model_type).default_size(config)
+    patch = config.vision_config.patch_size
+    grid = (size[0] // patch, size[1] // patch)
+    assert sample["target_sizes"].tolist() == [list(grid)] * 2
+    assert sample["pixel_values"].shape == (1, config.vision_config.num_channels, patch, 2 * grid[0] * grid[1] * patch)
+    per_image = features_per_image(model, {key: sample[key] for key in ("pixel_values", "target_sizes")}, 2)
+    assert per_image == layout_for(config.model_type).config_count(config, size)
+    assert (sample["input_ids"] == image_token_id(config)).sum(-1).tolist() == [per_image] * 2
+
+
+def test_navit_packed_images_are_framed_by_the_image_markers_of_the_config():
+    # MiniCPM-V 4.7 lays out its canvas positions from <image> ... </image> around each crop; the
+    # markers are text (mm_token_type_ids 0), the placeholders image (1).
+    config, model = tiny("MiniCPMV4_7ForConditionalGeneration")
+    sample = multimodal_sample(config, batch_size=1, seq_len=4, num_images=2,
+                               generator=torch.Generator().manual_seed(2), model=model)
+    ids = sample["input_ids"][0].tolist()
+    token = image_token_id(config)
+    starts = [index for index, value in enumerate(ids) if value == config.image_start_id]
+    assert len(starts) == 2
+    for start in starts:
+        end = ids.index(config.image_end_id, start)
+        assert set(ids[start + 1:end]) == {token}
+    assert torch.equal(sample["mm_token_type_ids"][0].bool(), sample["input_ids"][0] == token)
 
 
 def test_a_config_without_an_image_token_names_the_cause():
@@ -124,3 +160,19 @@ def test_llava_next_layout_matches_the_image_processor():
     ours = layout_for("llava_next").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
     assert ours["pixel_values"].shape == processed["pixel_values"].shape
     assert ours["image_sizes"].tolist() == processed["image_sizes"].tolist()
+
+
+def test_navit_packed_layout_matches_the_image_processor():
+    pytest.importorskip("torchvision")
+    config = transformers.MiniCPMV4_6Config()
+    patch = config.vision_config.patch_size
+    processor = transformers.MiniCPMV4_6ImageProcessor(patch_size=patch, downsample_mode=config.downsample_mode,
+                                                       slice_mode=False)
+    processed = processor(images=[_image(300, 200)], return_tensors="pt")
+    # the processor picks the size (it resizes to its scale resolution); one crop, no slices
+    (rows, cols), = processed["target_sizes"].tolist()
+    size = (rows * patch, cols * patch)
+    ours = layout_for("minicpmv4_6").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+    assert ours["pixel_values"].shape == processed["pixel_values"].shape
+    assert ours["target_sizes"].dtype == processed["target_sizes"].dtype
+    assert torch.equal(ours["target_sizes"], processed["target_sizes"])

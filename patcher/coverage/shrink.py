@@ -6,7 +6,8 @@ recognises by name: widths, layer counts, heads, head dims, intermediate sizes, 
 positions, image sizes. Per-layer lists (``layer_types``, ``mlp_only_layers``, ...) are cut to the
 new layer count while keeping every kind of layer that occurs, and lists of layer indices
 (``cross_attention_layers``, ...) are renumbered. Special token ids beyond the tiny vocabulary are
-moved into it (the same old id gets the same new id everywhere). Sizes are only ever lowered.
+moved into it (the same old id gets the same new id everywhere); image placeholder and marker ids
+a multimodal config leaves None get free ids in it. Sizes are only ever lowered.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", 
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
+#: First words of the ids of image input tokens that do not say "token" (MiniCPM-V 4.7's
+#: ``image_start_id``, ``slice_end_id``, ``newline_id``): ids in the text vocabulary all the same.
+_VISUAL_MARKER_WORDS = ("image", "video", "slice", "newline")
+#: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
+_LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
 
 
 def _is_config(value: Any) -> bool:
@@ -125,11 +131,7 @@ class _Shrinker:
         if not isinstance(token, int) or isinstance(token, bool) or token < VOCAB:
             return token
         if token not in self.token_map:
-            candidate = VOCAB - 1
-            while candidate in self.used_ids:
-                candidate -= 1
-            self.used_ids.add(candidate)
-            self.token_map[token] = candidate
+            self.token_map[token] = self.fresh_id()
         return self.token_map[token]
 
     # -- one config level -----------------------------------------------------------------------
@@ -170,7 +172,45 @@ class _Shrinker:
         self._fix_pooled_image_tokens(data)
         self._fix_grid_pinpoints(original, data)
         self._fix_feature_layers(data)
+        self._fix_layer_index(data)
+        self._fill_visual_ids(data)
         return data
+
+    def fresh_id(self) -> int:
+        """An id of the tiny vocabulary that no special token of the config uses yet."""
+        candidate = VOCAB - 1
+        while candidate in self.used_ids:
+            candidate -= 1
+        self.used_ids.add(candidate)
+        return candidate
+
+    def _fill_visual_ids(self, data: dict) -> None:
+        """Image placeholder and marker ids that the class leaves None (MiniCPM-V: ``image_token_id``,
+        ``image_start_id``, ...; the checkpoints set them from their tokenizer) get free ids: with the
+        placeholder None the model never looks at its pixels, so no image sample could reach it."""
+        if not _is_config(data.get("vision_config")):
+            return
+        for key in sorted(data):
+            if data[key] is None and _is_visual_id_key(key):
+                data[key] = self.fresh_id()
+
+    @staticmethod
+    def _fix_layer_index(data: dict) -> None:
+        """A single layer index (MiniCPM-V's ``insert_layer_id``: the vision layer after which the window
+        merger runs) beyond the shrunk layers would never be reached, and the path it guards would go
+        unchecked. Clamped to the last layer of the level's stack, or of the shortest stack below it
+        (a top-level copy of a sub-config's index)."""
+        def layer_counts(level: dict) -> list[int]:
+            return [level[key] for key in _LAYERS if _is_natural(level.get(key))]
+
+        counts = layer_counts(data) or [count for value in data.values() if _is_config(value)
+                                        for count in layer_counts(value)]
+        if not counts:
+            return
+        last = min(counts) - 1
+        for key, value in data.items():
+            if isinstance(key, str) and key.endswith(_LAYER_INDEX_SUFFIXES) and _is_natural(value) and value > last:
+                data[key] = last
 
     @staticmethod
     def _fix_feature_layers(data: dict) -> None:
@@ -375,9 +415,20 @@ def _is_layer_dict(key, value: dict, old: int | None) -> bool:
         return False
 
 
+def _is_natural(value: Any) -> bool:
+    """A non-negative int (a count or an index; not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_visual_id_key(key) -> bool:
+    return isinstance(key, str) and key.endswith("_id") and key.split("_")[0] in _VISUAL_MARKER_WORDS
+
+
 def _is_token_key(key) -> bool:
     if not isinstance(key, str):
         return False
+    if _is_visual_id_key(key):
+        return True
     key = key.lower()
     return "token" in key and (key.endswith("_id") or key.endswith("_ids") or key.endswith("_index")
                                or key.endswith("_idx") or key.endswith("token"))

@@ -52,7 +52,7 @@ LAYOUT = register_layout(ImageLayout(
     model_types=("aya_vision", "cohere2_vision", "deepseek_vl", "got_ocr2", "pp_chart2table", "internvl",
                  "qianfan_ocr", "janus", "llama4", "llava", "vipllava", "ovis2", "paligemma", "gemma3",
                  "shieldgemma2", "aria", "florence2", "step3p7", "blip-2", "instructblip", "t5gemma2",
-                 "deepseek_vl_hybrid", "unlimited_ocr", "minicpm_ocr", "minicpmv4_6", "minicpmv4_7",
+                 "deepseek_vl_hybrid", "unlimited_ocr",
                  "video_llava", "llava_onevision_image_only"),
     pixels=pixels,
     default_size=default_size,
