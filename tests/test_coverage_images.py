@@ -22,6 +22,7 @@ WITH_IMAGES = [
     "Lfm2VlForConditionalGeneration",          # SigLIP2 NaFlex: spatial_shapes + patch mask
     "InternVLForConditionalGeneration",        # fixed size, pixel shuffle
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
+    "Inkling2ForConditionalGeneration",        # merged-patch blocks, channels last, grid in tokens
 ]
 
 

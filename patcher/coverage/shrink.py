@@ -198,6 +198,7 @@ class _Shrinker:
         for key, value in original.items():
             if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
                 data[key] = width * merge**2
+
     @staticmethod
     def _fix_feature_layers(data: dict) -> None:
         """A list ``vision_feature_layer`` (VipLLaVA: ``[-2, -5, -8, -11, 6]``) indexes the vision tower's
