@@ -18,6 +18,7 @@ from patcher.coverage import architectures, check_architecture, find_targets, sh
 from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
 from patcher.coverage.samples import coverage_text_sample, special_tokens
+from patcher.coverage.shrink import DEAD_INIT
 
 # Diverse on purpose: dense, GQA, MoE, MLA, sliding windows, alternating layer types, encoder-decoder,
 # old-style blocks (Bloom, GPT-NeoX, Falcon, OPT), Mamba hybrids (Bamba, Zamba2 with nested layer
@@ -107,6 +108,41 @@ def test_shrinking_keeps_pooled_image_tokens_within_the_patch_grid():
     side = config.vision_config.image_size // config.vision_config.patch_size
     tokens_side = round(config.mm_tokens_per_image**0.5)
     assert tokens_side**2 == config.mm_tokens_per_image and 1 <= tokens_side <= side and side % tokens_side == 0
+
+
+def test_shrinking_keeps_a_pixel_shuffle_of_the_vision_config_at_least_a_token_wide():
+    # Granite-Docling's connector (in the tower) shuffles pixels by vision_config.scale_factor: a tower
+    # of 2 patches a side under a factor of 4 shuffled to 0 columns (an eager error on every image)
+    vision = shrink_config(transformers.GraniteDoclingConfig).vision_config
+    side = vision.image_size // vision.patch_size
+    assert side % vision.scale_factor == 0 and side // vision.scale_factor >= 2
+    assert vision.image_size <= transformers.GraniteDoclingConfig().vision_config.image_size
+
+
+def test_shrinking_keeps_a_merged_patch_width_the_tower_width_times_the_merge():
+    # MuseGlimmer's adapter takes out_hidden_size = vision hidden * merge_size**2 features (pixel shuffle)
+    config = shrink_config(transformers.MuseGlimmerConfig)
+    assert config.out_hidden_size == config.vision_config.hidden_size * config.vision_config.merge_size**2
+    llava = shrink_config(transformers.LlavaConfig)  # no merge: no width is tied to the tower's
+    assert llava.text_config.hidden_size == 64
+
+
+def test_shrinking_keeps_the_sam_neck_as_wide_as_the_tower_after_it():
+    # Unlimited-OCR feeds SAM's neck (downsample_channels[-1] channels) to CLIP as its patch embeddings
+    real = transformers.UnlimitedOcrConfig().vision_config
+    vision = shrink_config(transformers.UnlimitedOcrConfig).vision_config
+    assert real.sam_config.downsample_channels[-1] == real.encoder_config.hidden_size
+    assert vision.sam_config.downsample_channels[-1] == vision.encoder_config.hidden_size
+    assert all(new <= old for new, old in zip(vision.sam_config.downsample_channels, real.sam_config.downsample_channels))
+
+
+def test_shrinking_gives_towers_that_init_at_almost_zero_a_live_init():
+    # SAM-style towers init at 1e-10 (their weights come from the checkpoint): a random tiny one passes
+    # nothing of its pixels on. Ordinary inits stay as they are.
+    assert transformers.GotOcr2Config().vision_config.initializer_range < DEAD_INIT
+    assert shrink_config(transformers.GotOcr2Config).vision_config.initializer_range > DEAD_INIT
+    llava = transformers.LlavaConfig()
+    assert shrink_config(transformers.LlavaConfig).text_config.initializer_range == llava.text_config.initializer_range
 
 
 def test_shrinking_renumbers_layer_index_lists():

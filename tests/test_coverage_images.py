@@ -23,6 +23,7 @@ WITH_IMAGES = [
     "InternVLForConditionalGeneration",        # fixed size, pixel shuffle
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
     "MiniCPMV4_7ForConditionalGeneration",     # NaViT-packed patches, window merger, canvas M-RoPE from markers
+    "Inkling2ForConditionalGeneration",        # merged-patch blocks, channels last, grid in tokens
 ]
 
 

@@ -24,6 +24,16 @@ LAYOUT_CASES = {
     "square": "PaliGemmaForConditionalGeneration",
     "naflex": "Lfm2VlForConditionalGeneration",
     "navit_packed": "MiniCPMV4_7ForConditionalGeneration",
+    "merged_patches": "Inkling2ForConditionalGeneration",
+}
+# Document / OCR models, each with a layout detail of its own family: a tile mask of (B, N) and a
+# pixel shuffle in the vision config (Granite-Docling), patches of two frames named `patch_temporal`
+# (MuseGlimmer), the pixels entering the first of two stacked towers (Unlimited-OCR: SAM, then CLIP).
+DETAIL_CASES = {
+    "idefics": "GraniteDoclingForConditionalGeneration",
+    "qwen_vl": "MuseGlimmerForConditionalGeneration",
+    "square": "UnlimitedOcrForConditionalGeneration",
+    "merged_patches": "Inkling2ForConditionalGeneration",
 }
 _MODELS: dict[str, tuple] = {}
 
@@ -84,8 +94,10 @@ def test_the_pixels_reach_the_logits(layout_name):
 
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
-    for layout_name in ("qwen_vl", "pixtral", "naflex", "idefics", "navit_packed"):
-        config, model = tiny(LAYOUT_CASES[layout_name])
+    cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed")]
+    cases += [DETAIL_CASES[name] for name in ("idefics", "qwen_vl")]  # Granite's scale_factor sits in the tower
+    for layout_name in cases:
+        config, model = tiny(layout_name)
         without = multimodal_sample(config, batch_size=1, seq_len=4, generator=torch.Generator().manual_seed(0))
         with_model = multimodal_sample(config, batch_size=1, seq_len=4, generator=torch.Generator().manual_seed(0),
                                        model=model)
@@ -127,6 +139,54 @@ def test_navit_packed_images_are_framed_by_the_image_markers_of_the_config():
     assert torch.equal(sample["mm_token_type_ids"][0].bool(), sample["input_ids"][0] == token)
 
 
+@pytest.mark.parametrize("layout_name", sorted(DETAIL_CASES))
+def test_document_models_take_their_family_sample_and_see_its_pixels(layout_name):
+    config, model = tiny(DETAIL_CASES[layout_name])
+    assert layout_for(config.model_type).name == layout_name
+    sample = multimodal_sample(config, batch_size=2, seq_len=5, left_padding=1,
+                               generator=torch.Generator().manual_seed(1), model=model)
+    with torch.no_grad():
+        first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
+    assert first.shape[:2] == sample["input_ids"].shape
+    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+
+
+@pytest.mark.parametrize("layout_name", ["qwen_vl", "merged_patches"])
+def test_the_family_pixels_need_no_variant(layout_name):
+    # MuseGlimmer names its two frames `patch_temporal`: read, the first arrangement fits the patch
+    # embedding (a variant that happens to fit would hide a wrong patch size); Inkling2 has no variants
+    config, model = tiny(DETAIL_CASES[layout_name])
+    layout = layout_for(config.model_type)
+    pixels = layout.pixels(config, [layout.default_size(config)] * 2, torch.Generator().manual_seed(0),
+                           torch.float32, set(), 2)
+    assert features_per_image(model, pixels, 2) == layout.config_count(config, layout.default_size(config))
+
+
+def test_merged_patches_are_one_channels_last_block_per_token_and_refuse_partial_blocks():
+    config, _ = tiny(LAYOUT_CASES["merged_patches"])
+    layout = layout_for(config.model_type)
+    vision = config.vision_config
+    step = vision.patch_size * vision.spatial_merge_size
+    sizes = [layout.default_size(config), layout.other_size(config)]
+    pixels = layout.pixels(config, sizes, torch.Generator().manual_seed(0), torch.float32, set(), 1)
+    assert pixels["image_grid_thw"].tolist() == [[1, h // step, w // step] for h, w in sizes]
+    tokens = sum(h // step * (w // step) for h, w in sizes)
+    assert pixels["pixel_values"].shape == (tokens, step, step, vision.num_channels)
+    with pytest.raises(ValueError, match="multiples"):
+        layout.pixels(config, [(step + 1, step)], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+
+
+def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
+    from patcher.images.square import pixel_tower_config
+
+    config, _ = tiny(DETAIL_CASES["square"])
+    sam = config.vision_config.sam_config
+    assert pixel_tower_config(config) is sam  # not encoder_config: CLIP takes SAM's features, not pixels
+    assert layout_for(config.model_type).default_size(config) == (sam.image_size, sam.image_size)
+    llava = shrink_config(transformers.LlavaConfig)
+    assert pixel_tower_config(llava) is llava.vision_config
+
+
 def test_a_config_without_an_image_token_names_the_cause():
     from types import SimpleNamespace
 
@@ -148,6 +208,17 @@ def test_qwen_vl_layout_matches_the_image_processor():
     size = layout_for("qwen2_vl").default_size(config)
     processed = transformers.Qwen2VLImageProcessor()(images=[_image(*size)], return_tensors="pt")
     ours = layout_for("qwen2_vl").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+    assert ours["pixel_values"].shape == processed["pixel_values"].shape
+    assert torch.equal(ours["image_grid_thw"], processed["image_grid_thw"])
+
+
+def test_merged_patches_layout_matches_the_image_processor():
+    pytest.importorskip("torchvision")
+    config = transformers.Inkling2Config()
+    layout = layout_for("inkling2")
+    sizes = [layout.default_size(config), layout.other_size(config)]
+    processed = transformers.Inkling2ImageProcessor()(images=[_image(*size) for size in sizes], return_tensors="pt")
+    ours = layout.pixels(config, sizes, torch.Generator().manual_seed(0), torch.float32, set(), 1)
     assert ours["pixel_values"].shape == processed["pixel_values"].shape
     assert torch.equal(ours["image_grid_thw"], processed["image_grid_thw"])
 

@@ -29,6 +29,8 @@ POSITIONS = 256
 LORA_RANK = 16
 STATE = 16
 WINDOW = 4
+INIT = 0.02
+DEAD_INIT = 1e-4  # an initializer_range below this leaves a random model's weights ~0
 
 _WIDTH = {
     "hidden_size", "d_model", "n_embd", "n_embed", "embed_dim", "dim", "model_dim", "hidden_dim",
@@ -77,6 +79,10 @@ _PERIOD = {"attn_layer_period", "expert_layer_period", "sliding_window_pattern",
 _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", "first_dense_layers",
            "num_dense_layers", "first_k_dense", "n_dense_layers", "dense_layers"}
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
+#: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
+_WIDTH_LISTS = {"downsample_channels"}
+#: factors a vision tower's patch grid is divided by a side before the text model sees it
+_MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
 #: First words of the ids of image input tokens that do not say "token" (MiniCPM-V 4.7's
@@ -158,6 +164,8 @@ class _Shrinker:
             elif key in _RATIO_TO_HIDDEN and isinstance(value, int) and isinstance(original_hidden, int) \
                     and original_hidden > HIDDEN and value % original_hidden == 0:
                 data[key] = value // original_hidden * HIDDEN
+            elif key in _WIDTH_LISTS and isinstance(value, list):
+                data[key] = [_lower(item, HIDDEN) for item in value]
             elif keep is not None and isinstance(value, list) and key not in ("id2label", "label2id"):
                 data[key] = self._per_layer(key, value, old_layers, keep)
             else:
@@ -174,6 +182,7 @@ class _Shrinker:
         self._fix_feature_layers(data)
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
+        self._fix_merged_widths(original, data)
         return data
 
     def fresh_id(self) -> int:
@@ -211,6 +220,24 @@ class _Shrinker:
         for key, value in data.items():
             if isinstance(key, str) and key.endswith(_LAYER_INDEX_SUFFIXES) and _is_natural(value) and value > last:
                 data[key] = last
+
+    @staticmethod
+    def _fix_merged_widths(original: dict, data: dict) -> None:
+        """A width that in the real config is the vision tower's width times ``merge**2`` is the width
+        of merged (pixel-shuffled) patch features (MuseGlimmer's ``out_hidden_size`` = 1536 * 2**2):
+        lowered on its own to 64 it no longer matches the 4 * 64 features the merge yields. It
+        stays the tiny tower's width times the tiny ``merge**2``."""
+        vision, real = data.get("vision_config"), original.get("vision_config")
+        if not isinstance(vision, dict) or not isinstance(real, dict):
+            return
+        merge, real_merge = _merge_factor(vision), _merge_factor(real)
+        width, real_width = vision.get("hidden_size"), real.get("hidden_size")
+        if real_merge < 2 or not all(isinstance(value, int) and not isinstance(value, bool) and value > 0
+                                     for value in (width, real_width)):
+            return
+        for key, value in original.items():
+            if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
+                data[key] = width * merge**2
 
     @staticmethod
     def _fix_feature_layers(data: dict) -> None:
@@ -317,6 +344,10 @@ class _Shrinker:
             return _lower(value, HEAD_DIM)
         if key == "image_size" and isinstance(value, int):
             return value  # fixed up with the patch size in _fix_groups
+        if key == "initializer_range" and isinstance(value, float) and 0 < value < DEAD_INIT:
+            # SAM-style towers init at 1e-10 (the real weights come from the checkpoint): a random tiny
+            # tower would pass nothing of its pixels on (an image influence of 0)
+            return INIT
         return value
 
     def _layers_to_keep(self, data: dict, old: int) -> list[int]:
@@ -385,9 +416,9 @@ class _Shrinker:
         if experts and isinstance(data.get("n_group"), int) and experts % data["n_group"]:
             data["n_group"] = 1
         if isinstance(data.get("patch_size"), int) and isinstance(data.get("image_size"), int):
-            merge = data.get("spatial_merge_size") or data.get("merge_size") or 1
-            merge = merge if isinstance(merge, int) else 1
-            data["image_size"] = min(data["image_size"], 2 * data["patch_size"] * merge)
+            # two merged patches a side: a pixel shuffle by `scale_factor` (Granite-Docling's vision
+            # config) of a grid smaller than the factor would be 0 wide
+            data["image_size"] = min(data["image_size"], 2 * data["patch_size"] * _merge_factor(data))
         indices = data.get("intermediate_layers_indices")
         if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
             data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
@@ -404,6 +435,15 @@ class _Shrinker:
         for key in ("vision_feature_layer",):
             if isinstance(data.get(key), int) and data[key] > 1:
                 data[key] = 1
+
+
+def _merge_factor(data: dict) -> int:
+    """Patches merged a side in one config level (1 where it states none)."""
+    for key in _MERGE:
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 1
 
 
 def _is_layer_dict(key, value: dict, old: int | None) -> bool:

@@ -26,13 +26,15 @@ def variants(config, pixels: dict) -> list[dict]:
 
 
 def config_count(config, size) -> int:
-    """Idefics3 / SmolVLM: ``(S / patch)**2 / scale_factor**2`` after pixel shuffle; Idefics2: the
-    perceiver's ``resampler_n_latents``."""
+    """Idefics3 / SmolVLM: ``(S / patch)**2 / scale_factor**2`` after pixel shuffle (the factor in the
+    config, or in the vision config for Granite-Docling, whose connector lives in the tower);
+    Idefics2: the perceiver's ``resampler_n_latents``."""
     latents = first_field(getattr(config, "perceiver_config", None) or config, ("resampler_n_latents",))
     if latents is not None:
         return int(latents)
-    patch = vision_config(config).patch_size
-    scale = int(first_field(config, ("scale_factor",), 1))
+    vision = vision_config(config)
+    patch = vision.patch_size
+    scale = int(first_field(config, ("scale_factor",), first_field(vision, ("scale_factor",), 1)))
     return (size[0] // patch) * (size[1] // patch) // scale**2
 
 

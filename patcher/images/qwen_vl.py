@@ -22,21 +22,22 @@ def _merge(config) -> int:
                             first_field(config, ("spatial_merge_size",), 1)))
 
 
-def _step(config) -> int:
+def merged_patch(config) -> int:
+    """Pixels a side of one merged patch: the square of patches that becomes one image token."""
     return _patch(config) * _merge(config)
 
 
 def default_size(config) -> tuple[int, int]:
-    return 2 * _step(config), 3 * _step(config)  # two by three merged patches: a h/w mix-up shows
+    return 2 * merged_patch(config), 3 * merged_patch(config)  # two by three merged patches: a h/w mix-up shows
 
 
 def other_size(config) -> tuple[int, int]:
-    return 3 * _step(config), 2 * _step(config)
+    return 3 * merged_patch(config), 2 * merged_patch(config)
 
 
 def grid(config, size) -> tuple[int, int, int]:
     height, width = size
-    step, patch = _step(config), _patch(config)
+    step, patch = merged_patch(config), _patch(config)
     if height <= 0 or width <= 0 or height % step or width % step:
         raise ValueError(f"{config.model_type} image size {size} must be positive multiples of patch_size * "
                          f"spatial_merge_size = {step} (the processor resizes images to such sizes)")
@@ -45,7 +46,7 @@ def grid(config, size) -> tuple[int, int, int]:
 
 def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.Tensor]:
     vision = vision_config(config)
-    temporal = int(first_field(vision, ("temporal_patch_size",), 1))
+    temporal = int(first_field(vision, ("temporal_patch_size", "patch_temporal"), 1))
     patch_dim = num_channels(vision) * temporal * _patch(config) ** 2
     grids = torch.tensor([grid(config, size) for size in sizes], dtype=torch.long)
     patches = int(grids.prod(-1).sum())
@@ -83,7 +84,7 @@ LAYOUT = register_layout(ImageLayout(
     name="qwen_vl",
     model_types=("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v",
                  "glm46v", "glmga", "glm4v_moe", "glm5_next", "glm_ocr", "cosmos3_edge", "cosmos3_omni",
-                 "ernie4_5_vl_moe", "exaone4_5", "hunyuan_vl", "hyperclovax_vision_v2", "inkling2", "kimi_k25",
+                 "ernie4_5_vl_moe", "exaone4_5", "hunyuan_vl", "hyperclovax_vision_v2", "kimi_k25",
                  "lfm3_vl", "minimax_m3_vl", "muse_glimmer", "muse_spark", "paddleocr_vl",
                  "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "video_llama_3"),
     pixels=pixels, default_size=default_size, other_size=other_size, config_count=config_count, markers=markers,

@@ -15,15 +15,29 @@ from .tokens import first_field
 
 
 def default_size(config) -> tuple[int, int]:
-    vision = vision_config(config)
-    size = first_field(vision, ("image_size", "img_size"))
+    size = first_field(pixel_tower_config(config), ("image_size", "img_size"))
     if size is None:
         raise ValueError(f"{config.model_type}: vision_config has no image_size; the fixed-size layout needs one")
     return (side(size[0]), side(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
 
 
+def pixel_tower_config(config):
+    """The config of the tower the pixels enter: ``vision_config`` itself where it states an image
+    size, else its first sub-config that does. Stacked towers (DeepSeek-OCR-style SAM then CLIP)
+    declare the pixel tower first; the later one takes the first one's features, at a size of
+    its own that is no image size of the input."""
+    vision = vision_config(config)
+    if first_field(vision, ("image_size", "img_size")) is not None:
+        return vision
+    for name in getattr(vision, "sub_configs", {}):
+        sub = getattr(vision, name, None)
+        if sub is not None and first_field(sub, ("image_size", "img_size")) is not None:
+            return sub
+    return vision
+
+
 def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.Tensor]:
-    channels = num_channels(vision_config(config))
+    channels = num_channels(pixel_tower_config(config))
     height, width = sizes[0]
     sample = {"pixel_values": torch.randn(len(sizes), channels, height, width, generator=generator).to(dtype)}
     if "image_sizes" in accepted:
