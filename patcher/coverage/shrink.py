@@ -77,7 +77,7 @@ _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", 
            "num_dense_layers", "first_k_dense", "n_dense_layers", "dense_layers"}
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
-_PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
+_PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 
 
 def _is_config(value: Any) -> bool:
