@@ -35,7 +35,7 @@ _WIDTH = {
     "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
-    "projection_hidden_size", "projector_input_dim", "projector_output_dim", "vision_output_dim",
+    "projection_hidden_size", "projector_input_dim", "projector_output_dim",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -381,6 +381,9 @@ class _Shrinker:
             # hidden / ratio**2 channels, which the adapter's first layer takes as intermediate_size
             # (1408 -> 5632 in the real checkpoint; the class defaults do not match)
             data["intermediate_size"] = round(hidden / ratio**2)
+            if isinstance(data.get("vision_output_dim"), int) and isinstance(data.get("projector_output_dim"), int):
+                # the multimodal projector takes the adapter's output (4096 = 4096 in the checkpoint)
+                data["vision_output_dim"] = data["projector_output_dim"]
         indices = data.get("intermediate_layers_indices")
         if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
             data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
