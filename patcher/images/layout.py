@@ -114,7 +114,8 @@ def build_image_sample(
 ) -> dict[str, Any]:
     """``input_ids`` / ``attention_mask`` ``(B, seq_len + num_images * span)`` with ``num_images``
     images per row (all of ``image_size``, default the layout's), the layout's pixel inputs, and
-    ``token_type_ids`` / ``mm_token_type_ids`` (1 on image tokens) where ``forward`` takes them.
+    ``token_type_ids`` / ``mm_token_type_ids`` (1 on image tokens) where ``forward`` takes them, and
+    ``decoder_input_ids`` (ordinary text) for an encoder-decoder model whose encoder takes the images.
     With ``model``, the tokens per image are what the model's ``get_image_features`` yields for these
     pixels; without, the layout's config-derived count."""
     if not multimodal:
