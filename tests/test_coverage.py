@@ -151,6 +151,14 @@ def test_shrinking_renumbers_layer_index_lists():
     assert text.cross_attention_layers and all(0 <= i < text.num_hidden_layers for i in text.cross_attention_layers)
     vision = config.vision_config
     assert all(0 <= i < vision.num_hidden_layers for i in vision.intermediate_layers_indices)
+    # spelled "indexes": DeepSeek-VL hybrid reads hidden_states[global_attn_indexes[0] + 1] of its SAM
+    # tower (past the shrunk tower before); Qwen2.5-VL's full-attention blocks, Qwen3-VL's deepstack
+    high = shrink_config(transformers.DeepseekVLHybridConfig).high_res_vision_config
+    assert high.global_attn_indexes and all(0 <= i < high.num_hidden_layers for i in high.global_attn_indexes)
+    for vision in (shrink_config(transformers.Qwen2_5_VLConfig).vision_config,
+                   shrink_config(transformers.Qwen3VLConfig).vision_config):
+        indexes = getattr(vision, "fullatt_block_indexes", None) or vision.deepstack_visual_indexes
+        assert indexes and all(0 <= i < vision.depth for i in indexes)
 
 
 def test_special_tokens_move_into_the_tiny_vocabulary():
@@ -236,3 +244,34 @@ def test_shrinking_keeps_a_single_layer_index_inside_the_shrunk_stack():
     config = shrink_config(transformers.MiniCPMV4_6Config)
     vision = config.vision_config
     assert 0 <= config.insert_layer_id == vision.insert_layer_id < vision.num_hidden_layers
+
+
+def test_shrinking_keeps_a_patch_count_map_on_the_shrunk_tower_grid():
+    # Aria's projector takes only images whose patch count is a key of projector_patch_to_query_dict
+    # ({1225: 128, 4900: 256}: 35 and 70 patches a side); the shrunk tower's grid must be one of them
+    config = shrink_config(transformers.AriaConfig)
+    grid = (config.vision_config.image_size // config.vision_config.patch_size) ** 2
+    counts = config.projector_patch_to_query_dict
+    assert grid in counts and len(counts) == len(transformers.AriaConfig().projector_patch_to_query_dict)
+    assert all(0 < queries <= count for count, queries in counts.items())
+    assert config.max_value_projector_patch_to_query_dict == max(counts.values())
+
+
+def test_shrinking_leaves_a_map_not_keyed_by_square_patch_counts_alone():
+    from patcher.coverage.shrink import shrink_dict
+
+    data = {"model_type": "x", "vision_config": {"model_type": "v", "image_size": 448, "patch_size": 14},
+            "patch_to_query": {1225: 128, 4900: 256}, "patch_sizes": {3: 1, 5: 2}}
+    shrunk = shrink_dict(data)
+    side = shrunk["vision_config"]["image_size"] // shrunk["vision_config"]["patch_size"]
+    assert shrunk["patch_to_query"] == {side**2: min(128, side**2), (2 * side) ** 2: min(256, (2 * side) ** 2)}
+    assert shrunk["patch_sizes"] == {3: 1, 5: 2}  # 3 and 5 are no patch grids of square images
+
+
+def test_shrinking_keeps_a_pixel_shuffle_adapter_consistent():
+    # Llama 4's adapter takes the pixel-shuffled patches (hidden / ratio**2 wide) as intermediate_size
+    # and feeds the projector (vision_output_dim): the class defaults disagree, so the tiny model's
+    # image path could not run
+    vision = shrink_config(transformers.Llama4Config).vision_config
+    assert vision.intermediate_size == round(vision.hidden_size / vision.pixel_shuffle_ratio**2)
+    assert vision.vision_output_dim == vision.projector_output_dim <= 64

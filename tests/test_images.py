@@ -187,6 +187,61 @@ def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
     assert pixel_tower_config(llava) is llava.vision_config
 
 
+# Square-layout architectures whose image sample needed more than the tower's image_size: a
+# projector keyed by patch counts (Aria), a pixel-shuffle adapter (Llama 4), a second high-resolution
+# tower (DeepSeek-VL hybrid), the vision tower inside the encoder's config (T5Gemma2, encoder-decoder).
+SQUARE_CASES = ["AriaForConditionalGeneration", "Llama4ForConditionalGeneration",
+                "DeepseekVLHybridForConditionalGeneration", "T5Gemma2ForConditionalGeneration"]
+
+
+@pytest.mark.parametrize("name", SQUARE_CASES)
+@pytest.mark.parametrize("batch_size,seq_len,left_padding,num_images", [(1, 4, 0, 1), (2, 7, 2, 2)])
+def test_square_sample_has_one_token_per_feature_and_its_pixels_reach_the_logits(name, batch_size, seq_len,
+                                                                                left_padding, num_images):
+    config, model = tiny(name)
+    sample = multimodal_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                               num_images=num_images, generator=torch.Generator().manual_seed(seq_len), model=model)
+    pixels = sample["pixel_values"]
+    assert pixels.shape[0] == batch_size * num_images and pixels.shape[1] == 3
+    per_image = features_per_image(model, {k: v for k, v in sample.items() if "pixel" in k}, batch_size * num_images)
+    assert (sample["input_ids"] == image_token_id(config)).sum(-1).tolist() == [num_images * per_image] * batch_size
+    with torch.no_grad():
+        first = model(**sample).logits  # the model's own token/feature count check passes
+        second = model(**with_other_pixels(sample, seed=3)).logits
+    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+
+
+def test_a_vision_tower_in_the_encoder_config_is_found_and_the_decoder_gets_text():
+    from patcher.coverage.samples import special_tokens
+    from patcher.images.layout import vision_config, vision_owner
+
+    config, model = tiny("T5Gemma2ForConditionalGeneration")
+    assert getattr(config, "vision_config", None) is None
+    assert vision_owner(config) is config.encoder and vision_config(config) is config.encoder.vision_config
+    sample = multimodal_sample(config, batch_size=2, seq_len=6, generator=torch.Generator().manual_seed(0), model=model)
+    decoder = sample["decoder_input_ids"]
+    assert decoder.shape == (2, 3)
+    assert not torch.isin(decoder, torch.tensor(sorted(special_tokens(config)))).any()
+    # without a model, the count stated next to the vision tower (the encoder's mm_tokens_per_image)
+    without = multimodal_sample(config, batch_size=2, seq_len=6, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(without["input_ids"], sample["input_ids"])
+
+
+def test_the_high_resolution_tower_gets_pixels_at_its_own_size():
+    config, _ = tiny("DeepseekVLHybridForConditionalGeneration")
+    sample = multimodal_sample(config, batch_size=2, seq_len=4, generator=torch.Generator().manual_seed(0))
+    low, high = config.vision_config.image_size, config.high_res_vision_config.image_size
+    assert sample["pixel_values"].shape == (2, 3, low, low)
+    assert sample["high_res_pixel_values"].shape == (2, 3, high, high)
+
+
+def test_a_config_without_any_vision_config_names_the_cause():
+    from patcher.images.layout import vision_config
+
+    with pytest.raises(ValueError, match="no vision_config"):
+        vision_config(transformers.LlamaConfig())
+
+
 def test_a_config_without_an_image_token_names_the_cause():
     from types import SimpleNamespace
 

@@ -38,7 +38,7 @@ _WIDTH = {
     "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
-    "projection_hidden_size",
+    "projection_hidden_size", "projector_input_dim", "projector_output_dim",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -84,7 +84,7 @@ _WIDTH_LISTS = {"downsample_channels"}
 #: factors a vision tower's patch grid is divided by a side before the text model sees it
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
-_PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
+_PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 #: First words of the ids of image input tokens that do not say "token" (MiniCPM-V 4.7's
 #: ``image_start_id``, ``slice_end_id``, ``newline_id``): ids in the text vocabulary all the same.
 _VISUAL_MARKER_WORDS = ("image", "video", "slice", "newline")
@@ -179,6 +179,7 @@ class _Shrinker:
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
         self._fix_grid_pinpoints(original, data)
+        self._fix_patch_count_maps(data)
         self._fix_feature_layers(data)
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
@@ -238,6 +239,31 @@ class _Shrinker:
         for key, value in original.items():
             if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
                 data[key] = width * merge**2
+
+    @staticmethod
+    def _fix_patch_count_maps(data: dict) -> None:
+        """A map keyed by patch counts (Aria's ``projector_patch_to_query_dict``: ``{1225: 128, 4900: 256}``,
+        35x35 and 70x70 patches) names the image sizes the projector takes: with the tower shrunk to a
+        few patches a side, no image it takes has a listed count. The smallest listed grid becomes the
+        shrunk tower's grid (``image_size // patch_size`` a side), the others scale with it; each
+        value (queries per image) is kept at most the new patch count."""
+        vision = data.get("vision_config")
+        size, patch = (vision.get(key) for key in ("image_size", "patch_size")) if isinstance(vision, dict) else (None, None)
+        if not isinstance(size, int) or not isinstance(patch, int) or patch <= 0 or size // patch <= 0:
+            return
+        grid = size // patch
+        for key, value in list(data.items()):
+            counts = _square_count_map(value) if isinstance(key, str) and "patch" in key.lower() else None
+            if not counts:
+                continue
+            smallest = min(math.isqrt(count) for count in counts)
+            rescaled: dict[int, int] = {}
+            for count, queries in sorted(counts.items()):
+                new_count = max(1, round(math.isqrt(count) * grid / smallest)) ** 2
+                rescaled.setdefault(new_count, min(queries, new_count))
+            data[key] = rescaled
+            if isinstance(data.get(f"max_value_{key}"), int):  # derived and stored by to_dict(): sizes the queries
+                data[f"max_value_{key}"] = max(rescaled.values())
 
     @staticmethod
     def _fix_feature_layers(data: dict) -> None:
@@ -419,6 +445,16 @@ class _Shrinker:
             # two merged patches a side: a pixel shuffle by `scale_factor` (Granite-Docling's vision
             # config) of a grid smaller than the factor would be 0 wide
             data["image_size"] = min(data["image_size"], 2 * data["patch_size"] * _merge_factor(data))
+        ratio = data.get("pixel_shuffle_ratio")
+        if isinstance(ratio, float) and 0 < ratio < 1 and isinstance(hidden, int) \
+                and isinstance(data.get("intermediate_size"), int) and isinstance(data.get("projector_input_dim"), int):
+            # Llama 4's vision adapter: the pixel shuffle folds ratio**-2 patches into one feature of
+            # hidden / ratio**2 channels, which the adapter's first layer takes as intermediate_size
+            # (1408 -> 5632 in the real checkpoint; the class defaults do not match)
+            data["intermediate_size"] = round(hidden / ratio**2)
+            if isinstance(data.get("vision_output_dim"), int) and isinstance(data.get("projector_output_dim"), int):
+                # the multimodal projector takes the adapter's output (4096 = 4096 in the checkpoint)
+                data["vision_output_dim"] = data["projector_output_dim"]
         indices = data.get("intermediate_layers_indices")
         if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
             data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
@@ -444,6 +480,24 @@ def _merge_factor(data: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 1
+
+
+def _square_count_map(value: Any) -> dict[int, int] | None:
+    """``value`` as ``{patch count: int}`` when it is a map from square numbers (patch grids of square
+    images; keys may be strings after a JSON round trip) to positive ints, else None."""
+    if not isinstance(value, dict) or not value:
+        return None
+    counts = {}
+    for key, item in value.items():
+        try:
+            count = int(key)
+        except (TypeError, ValueError):
+            return None
+        if count <= 0 or math.isqrt(count) ** 2 != count or isinstance(item, bool) or not isinstance(item, int) \
+                or item <= 0:
+            return None
+        counts[count] = item
+    return counts
 
 
 def _is_layer_dict(key, value: dict, old: int | None) -> bool:

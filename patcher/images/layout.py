@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..samples import register_multimodal_sample, text_sample
-from .tokens import check_counts, features_per_image, first_field, image_token_id, token_rows
+from .tokens import check_counts, decoder_rows, features_per_image, first_field, image_token_id, token_rows
 
 Size = tuple[int, int]
 
@@ -54,11 +54,27 @@ def pair(size: int | Sequence[int]) -> Size:
     return int(height), int(width)
 
 
+def vision_owner(config):
+    """The config that holds the ``vision_config``: ``config`` itself, else the nearest sub-config that
+    has one (T5Gemma2 keeps its vision tower in ``config.encoder``), searched breadth-first."""
+    queue, seen = [config], set()
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "vision_config", None) is not None:
+            return current
+        for name in getattr(current, "sub_configs", None) or {}:
+            child = getattr(current, name, None)
+            if child is not None and hasattr(child, "to_dict"):
+                queue.append(child)
+    raise ValueError(f"{config.model_type}: the config has no vision_config (nor has any sub-config), so there is "
+                     "no image input to build")
+
+
 def vision_config(config):
-    vision = getattr(config, "vision_config", None)
-    if vision is None:
-        raise ValueError(f"{config.model_type}: the config has no vision_config, so there is no image input to build")
-    return vision
+    return vision_owner(config).vision_config
 
 
 def forward_inputs(config, model=None) -> set[str]:
@@ -98,7 +114,8 @@ def build_image_sample(
 ) -> dict[str, Any]:
     """``input_ids`` / ``attention_mask`` ``(B, seq_len + num_images * span)`` with ``num_images``
     images per row (all of ``image_size``, default the layout's), the layout's pixel inputs, and
-    ``token_type_ids`` / ``mm_token_type_ids`` (1 on image tokens) where ``forward`` takes them.
+    ``token_type_ids`` / ``mm_token_type_ids`` (1 on image tokens) where ``forward`` takes them, and
+    ``decoder_input_ids`` (ordinary text) for an encoder-decoder model whose encoder takes the images.
     With ``model``, the tokens per image are what the model's ``get_image_features`` yields for these
     pixels; without, the layout's config-derived count."""
     if not multimodal:
@@ -122,6 +139,8 @@ def build_image_sample(
     for name in ("token_type_ids", "mm_token_type_ids"):
         if name in accepted:
             sample[name] = (input_ids == token).long()
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in accepted:
+        sample["decoder_input_ids"] = decoder_rows(config, batch_size, seq_len, generator)
     sample.update(pixels)
     return {name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in sample.items()}
 

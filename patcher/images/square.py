@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .layout import ImageLayout, num_channels, register_layout, side, vision_config
+from .layout import ImageLayout, num_channels, register_layout, side, vision_config, vision_owner
 from .tokens import first_field
 
 
@@ -54,7 +54,10 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
 def config_count(config, size) -> int:
     """``image_seq_length`` / ``mm_tokens_per_image`` where the config states it, else one token per
     patch (LLaVA's ``default`` strategy drops CLS)."""
-    stated = first_field(config, ("mm_tokens_per_image", "image_seq_length", "num_image_tokens"))
+    names = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens")
+    # the config that holds the vision tower states it where the top one does not (T5Gemma2's encoder)
+    stated = first_field(config, names)
+    stated = stated if stated is not None else first_field(vision_owner(config), names)
     if stated is not None:
         return int(stated)
     patch = side(first_field(vision_config(config), ("patch_size",), 14))

@@ -59,13 +59,24 @@ def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], le
     """``input_ids`` / ``attention_mask``: per row, ``seq_len`` ordinary text tokens (no special
     token of the config; row 0 starts with ``left_padding`` pads) with the image ``spans``
     inserted in order at random text positions."""
+    return place_spans(text_pool(config), pad_token_id(config), batch_size, seq_len, spans, left_padding, generator)
+
+
+def text_pool(config) -> torch.Tensor:
+    """The ids of ordinary text tokens: the text vocabulary less every special token of the config."""
     vocab_size = config.get_text_config().vocab_size
     allowed = torch.ones(vocab_size, dtype=torch.bool)
     special = [token for token in all_special_tokens(config) if 0 <= token < vocab_size]
     if special:
         allowed[special] = False
-    text_pool = allowed.nonzero().flatten()
-    return place_spans(text_pool, pad_token_id(config), batch_size, seq_len, spans, left_padding, generator)
+    return allowed.nonzero().flatten()
+
+
+def decoder_rows(config, batch_size: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
+    """``decoder_input_ids`` for an encoder-decoder model (the images go to the encoder):
+    ``max(2, seq_len // 2)`` ordinary text tokens per row, as in the coverage text sample."""
+    pool = text_pool(config)
+    return pool[torch.randint(len(pool), (batch_size, max(2, seq_len // 2)), generator=generator)]
 
 
 def place_spans(text_pool: torch.Tensor, pad: int, batch_size: int, seq_len: int, spans: list[list[int]],
