@@ -1,7 +1,7 @@
 """Processor-free image samples for every image-text-to-text architecture, built from the config.
 
 One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``idefics``, ``anyres``,
-``naflex``), each an :class:`~patcher.images.layout.ImageLayout` registered with
+``naflex``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``), each an :class:`~patcher.images.layout.ImageLayout` registered with
 ``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
 builders replace these for its model types. Importing this package registers them all.
 
@@ -13,11 +13,14 @@ synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without, f
 
 from __future__ import annotations
 
-from . import anyres, idefics, naflex, pixtral, qwen_vl, square  # noqa: F401  (registers the layouts)
+from . import (  # noqa: F401  (registers the layouts)
+    anyres, flat_patches, idefics, naflex, patch_positions, pix2struct, pixtral, prefix, qwen_vl, square,
+)
 from .layout import ImageLayout, build_image_sample, forward_inputs
 from .tokens import features_per_image, image_token_id
 
-LAYOUTS = [square.LAYOUT, pixtral.LAYOUT, qwen_vl.LAYOUT, idefics.LAYOUT, anyres.LAYOUT, naflex.LAYOUT]
+LAYOUTS = [square.LAYOUT, pixtral.LAYOUT, qwen_vl.LAYOUT, idefics.LAYOUT, anyres.LAYOUT, naflex.LAYOUT,
+           flat_patches.LAYOUT, prefix.LAYOUT, patch_positions.LAYOUT, pix2struct.LAYOUT]
 
 
 def layout_for(model_type: str) -> ImageLayout | None:
