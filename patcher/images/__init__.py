@@ -1,14 +1,16 @@
 """Processor-free image samples for every image-text-to-text architecture, built from the config.
 
 One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``idefics``, ``anyres``,
-``naflex``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``), each an :class:`~patcher.images.layout.ImageLayout` registered with
+``naflex``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``), each an
+:class:`~patcher.images.layout.ImageLayout` registered with
 ``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
 builders replace these for its model types. Importing this package registers them all.
 
 The builders take the common sample keywords (``batch_size``, ``seq_len``, ``left_padding``,
 ``device``, ``generator``) plus ``num_images`` (per row), ``image_size`` and ``model``: with a
 model, the image tokens per image are counted by running its own ``get_image_features`` on the
-synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without, from the config.
+synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without (or for a model that
+has none), from the config.
 """
 
 from __future__ import annotations
