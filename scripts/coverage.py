@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from patcher.coverage.discover import architectures  # noqa: E402
-from patcher.coverage.report import summary, top_blockers, write_reports  # noqa: E402
+from patcher.coverage.report import image_text_to_text_line, summary, top_blockers, write_reports  # noqa: E402
 from patcher.coverage.runner import progress_callback, run_architectures  # noqa: E402
 
 
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
         for key, number, examples in top_blockers(rows, built=built):
             print(f"  {number:3d}  {key}   e.g. {examples[0]}")
     print(summary(rows))
+    print(image_text_to_text_line(rows))
     return 0
 
 

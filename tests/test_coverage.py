@@ -275,3 +275,19 @@ def test_shrinking_keeps_a_pixel_shuffle_adapter_consistent():
     vision = shrink_config(transformers.Llama4Config).vision_config
     assert vision.intermediate_size == round(vision.hidden_size / vision.pixel_shuffle_ratio**2)
     assert vision.vision_output_dim == vision.projector_output_dim <= 64
+
+
+def test_shrinking_gives_an_optional_vision_sub_config_its_defaults():
+    # Gemma 4's config builds text-only by default (vision_config is an optional sub-config): the tiny
+    # model would have no vision tower and no image path to check.
+    assert transformers.Gemma4Config().vision_config is None
+    config = shrink_config(transformers.Gemma4Config)
+    assert isinstance(config.vision_config, transformers.Gemma4VisionConfig)
+    assert config.vision_config.hidden_size <= 64
+
+
+def test_shrinking_lowers_the_image_queries_below_the_positions():
+    # Kosmos-2.5 turns each image into latent_query_num (2048) text positions: kept, one image
+    # would not fit the tiny text model.
+    config = shrink_config(transformers.Kosmos2_5Config)
+    assert config.latent_query_num < config.text_config.max_position_embeddings

@@ -24,6 +24,10 @@ WITH_IMAGES = [
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
     "MiniCPMV4_7ForConditionalGeneration",     # NaViT-packed patches, window merger, canvas M-RoPE from markers
     "Inkling2ForConditionalGeneration",        # merged-patch blocks, channels last, grid in tokens
+    "FuyuForCausalLM",                         # flat patches, no tower, no vision_config
+    "GitForCausalLM",                          # image before the text, no image tokens, two sizes
+    "Gemma4ForConditionalGeneration",          # patch positions with padding, an optional vision config
+    "Kosmos2_5ForConditionalGeneration",       # flattened patches with grid ids, image_embeds_position_mask
 ]
 
 
@@ -62,3 +66,72 @@ def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence
                       multimodal=attempt)
     assert blocker(row)[0].startswith("influence")
     assert summary([row]).endswith("images: 1 with a sample builder, built 0, traced 0, equal 0")
+
+
+def _attempt(**fields):
+    from patcher.coverage.check import Attempt
+
+    return Attempt("multimodal", **fields)
+
+
+def _row(name, *, built=True, image_path=True, multimodal=None):
+    from patcher.coverage.check import Attempt, CoverageRow
+
+    return CoverageRow(name, built=built, image_path=image_path, multimodal=multimodal,
+                       text=Attempt("text", ran=built, traced=built, equal=built))
+
+
+def test_a_sample_stage_failure_shows_its_error_and_location_in_the_blocker_column():
+    from patcher.coverage.report import blocker, markdown
+
+    failed = _attempt(stage="sample", error="ValueError: image size (5, 7) must be multiples of 4",
+                      blocker_kind="ValueError", blocker_location="patcher/images/flat_patches.py:31")
+    row = _row("OddForConditionalGeneration", multimodal=failed)
+    kind, location, _, message = blocker(row)
+    assert kind == "sample: ValueError" and location == "patcher/images/flat_patches.py:31"
+    assert message == failed.error
+    line = next(line for line in markdown([row]).splitlines() if line.startswith("| OddFor"))
+    assert "image size (5, 7) must be multiples of 4" in line and "patcher/images/flat_patches.py:31" in line
+
+
+def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_path():
+    from patcher.coverage.report import image_text_to_text, image_text_to_text_line, markdown
+
+    equal = _attempt(ran=True, traced=True, equal=True)
+    rows = [_row("AForConditionalGeneration", multimodal=equal),
+            _row("BForConditionalGeneration", multimodal=_attempt(ran=True, traced=True, stage="compare")),
+            _row("CForConditionalGeneration"),                    # no sample builder: not equal, counted
+            _row("TextOnlyForCausalLM", image_path=False),        # in the mapping, takes no images
+            _row("DForConditionalGeneration", built=False),       # does not build: outside the metric
+            _row("OtherForConditionalGeneration", multimodal=equal)]  # not in the mapping
+    mapping = {"AForConditionalGeneration", "BForConditionalGeneration", "CForConditionalGeneration",
+               "TextOnlyForCausalLM", "DForConditionalGeneration", "EForConditionalGeneration"}
+    metric = image_text_to_text(rows, mapping)
+    assert metric["built"] == 4 and metric["with_image_path"] == 3 and metric["equal_with_images"] == 1
+    assert metric["without_image_path"] == ["TextOnlyForCausalLM"]
+    assert metric["not_equal_with_images"] == ["BForConditionalGeneration", "CForConditionalGeneration"]
+    assert image_text_to_text_line(rows, mapping) == (
+        "image-text-to-text: 5 of the 6 in the mapping swept, 4 build, 1 without an image path "
+        "(TextOnlyForCausalLM), 1 equal with images of 3 (33%)")
+    # an older report without image_path: counted as having one (no failure hidden)
+    rows[3].image_path = None
+    assert image_text_to_text(rows, mapping)["with_image_path"] == 4
+    # the default mapping is transformers' own, and the markdown states the metric
+    assert image_text_to_text_line([rows[0]]).startswith("image-text-to-text: 0 of the ")
+    assert "image-text-to-text:" in markdown(rows)
+
+
+@pytest.mark.parametrize("name, takes_images", [
+    ("Mistral4ForCausalLM", False),             # in the mapping, a text model
+    ("FuyuForCausalLM", True),                  # pixels, but no vision_config
+    ("Kosmos2_5ForConditionalGeneration", True),  # flattened_patches
+    ("DiffusionGemmaForBlockDiffusion", True),  # a vision config, images as precomputed encoder outputs
+])
+def test_image_path_is_a_pixel_input_or_a_vision_config(name, takes_images):
+    import transformers
+
+    from patcher.coverage.check import has_image_path
+    from patcher.coverage.shrink import shrink_config
+
+    cls = getattr(transformers, name)
+    assert has_image_path(cls, shrink_config(cls.config_class)) is takes_images

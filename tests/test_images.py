@@ -23,6 +23,8 @@ LAYOUT_CASES = {
     "pixtral": "Mistral3ForConditionalGeneration",
     "square": "PaliGemmaForConditionalGeneration",
     "naflex": "Lfm2VlForConditionalGeneration",
+    "flat_patches": "FuyuForCausalLM",
+    "patch_positions": "Gemma4ForConditionalGeneration",
     "navit_packed": "MiniCPMV4_7ForConditionalGeneration",
     "merged_patches": "Inkling2ForConditionalGeneration",
 }
@@ -94,7 +96,7 @@ def test_the_pixels_reach_the_logits(layout_name):
 
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
-    cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed")]
+    cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed", "flat_patches", "patch_positions")]
     cases += [DETAIL_CASES[name] for name in ("idefics", "qwen_vl")]  # Granite's scale_factor sits in the tower
     for layout_name in cases:
         config, model = tiny(layout_name)
@@ -302,3 +304,98 @@ def test_navit_packed_layout_matches_the_image_processor():
     assert ours["pixel_values"].shape == processed["pixel_values"].shape
     assert ours["target_sizes"].dtype == processed["target_sizes"].dtype
     assert torch.equal(ours["target_sizes"], processed["target_sizes"])
+
+
+# -- layouts the generic tests above cannot state: no token id, merged patches, no image tokens -----
+
+def test_gemma4_unified_takes_processor_merged_patches_one_token_each():
+    # Gemma 4 Unified has no tower to pool: the processor merges pooling_kernel_size**2 patches into one
+    # model_patch_size-wide patch, and each becomes one image token (the config count says so too).
+    config, model = tiny("Gemma4UnifiedForConditionalGeneration")
+    layout = layout_for(config.model_type)
+    assert layout.name == "patch_positions"
+    vision = config.vision_config
+    for size in (layout.default_size(config), layout.other_size(config)):
+        sample = multimodal_sample(config, batch_size=2, seq_len=4, generator=torch.Generator().manual_seed(0),
+                                   model=model, image_size=size)
+        real = (size[0] // vision.model_patch_size) * (size[1] // vision.model_patch_size)
+        assert sample["pixel_values"].shape[-1] == 3 * vision.model_patch_size ** 2
+        assert (sample["image_position_ids"][0] != -1).all(-1).sum() == real
+        assert (sample["input_ids"] == config.image_token_id).sum(-1).tolist() == [real, real]
+        assert layout.config_count(config, size) == real
+        with torch.no_grad():
+            first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
+        assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+
+
+def test_patch_positions_are_x_y_row_major_with_padding_at_minus_one():
+    config, _ = tiny("Gemma4ForConditionalGeneration")
+    layout = layout_for(config.model_type)
+    patch, pool = config.vision_config.patch_size, config.vision_config.pooling_kernel_size
+    height, width = 2 * patch * pool, 3 * patch * pool
+    pixels = layout.pixels(config, [(height, width)], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+    positions = pixels["image_position_ids"][0]
+    real = (height // patch) * (width // patch)
+    assert positions[:real, 0].max() == width // patch - 1 and positions[:real, 1].max() == height // patch - 1
+    assert positions[1].tolist() == [1, 0]  # x moves first
+    assert (positions[real:] == -1).all() and len(positions) == real + pool**2
+    assert (pixels["pixel_values"][0, real:] == 0).all()
+
+
+@pytest.mark.parametrize("second", [False, True])
+def test_kosmos2_5_sample_marks_the_latent_queries_and_numbers_the_patches(second):
+    config, model = tiny("Kosmos2_5ForConditionalGeneration")
+    layout = layout_for(config.model_type)
+    assert layout.name == "pix2struct"
+    sizes = second_layout(config) if second else {}
+    assert "num_images" not in sizes  # one image per row: the second layout is another patch grid
+    sample = multimodal_sample(config, batch_size=2, seq_len=5, left_padding=1,
+                               generator=torch.Generator().manual_seed(0), model=model, **sizes)
+    mask = sample["image_embeds_position_mask"]
+    assert mask.sum(-1).tolist() == [config.latent_query_num] * 2
+    assert torch.equal(mask.bool(), sample["input_ids"] == config.text_config.bos_token_id)
+    size = sizes.get("image_size", layout.default_size(config))
+    patch = int((config.vision_config.patch_embed_hidden_size // 3) ** 0.5)
+    rows, columns = size[0] // patch, size[1] // patch
+    patches = sample["flattened_patches"]
+    assert patches.shape == (2, rows * columns + columns, 2 + config.vision_config.patch_embed_hidden_size)
+    ids = patches[0, : rows * columns, :2].long()
+    assert ids[0].tolist() == [1, 1] and ids[1].tolist() == [1, 2] and ids[-1].tolist() == [rows, columns]
+    assert (patches[:, rows * columns:] == 0).all()
+    with torch.no_grad():
+        logits = model(**sample).logits
+    assert logits.shape[:2] == sample["input_ids"].shape
+
+
+def test_kosmos2_5_other_pixels_keep_the_grid_and_reach_the_logits():
+    from patcher.coverage.check import _layout
+
+    config, model = tiny("Kosmos2_5ForConditionalGeneration")
+    sample = multimodal_sample(config, batch_size=2, seq_len=5, generator=torch.Generator().manual_seed(1), model=model)
+    other = with_other_pixels(sample, seed=3, layout=_layout(config))
+    before, after = sample["flattened_patches"], other["flattened_patches"]
+    assert torch.equal(before[..., :2], after[..., :2])  # row/column ids
+    real = before[..., :2].ne(0).all(-1)
+    assert (after[~real] == 0).all() and not torch.equal(before[real], after[real])
+    with torch.no_grad():
+        first, second = model(**sample).logits, model(**other).logits
+    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+
+
+def test_git_puts_one_image_before_each_row_and_no_image_tokens_in_the_text():
+    config, model = tiny("GitForCausalLM")
+    layout = layout_for(config.model_type)
+    assert layout.prefix and "num_images" not in second_layout(config)
+    image_size = config.vision_config.image_size
+    for size in (layout.default_size(config), layout.other_size(config)):
+        sample = multimodal_sample(config, batch_size=2, seq_len=6, left_padding=2,
+                                   generator=torch.Generator().manual_seed(0), model=model, image_size=size)
+        assert sample["input_ids"].shape == (2, 6)  # the text alone
+        assert sample["pixel_values"].shape[0] == 2 and tuple(sample["pixel_values"].shape[-2:]) == size
+        with torch.no_grad():
+            logits = model(**sample).logits
+        patches = (size[0] // config.vision_config.patch_size) * (size[1] // config.vision_config.patch_size)
+        assert logits.shape[1] == 6 + patches + 1  # the model prepends the image features (and CLS)
+    assert layout.default_size(config) == (image_size, image_size)  # the native size is one of the two
+    with pytest.raises(ValueError, match="one image"):
+        multimodal_sample(config, batch_size=1, seq_len=4, num_images=2, model=model)

@@ -57,6 +57,9 @@ class CoverageRow:
     parameters: int | None = None
     rewrites: dict[str, int] = field(default_factory=dict)
     patch_blockers: int = 0
+    #: whether the class takes images at all: its forward takes a pixel input or its config has a
+    #: vision part (None: not known, the class or config did not load)
+    image_path: bool | None = None
     text: Attempt | None = None
     multimodal: Attempt | None = None
     seconds: float = 0.0
@@ -236,6 +239,7 @@ def check_architecture(
         stage = "config"
         config = shrink_config(cls.config_class)
         row.model_type = getattr(config, "model_type", None)
+        row.image_path = has_image_path(cls, config)
         stage = "size"
         meta = build_model(cls, config, device="meta")
         row.parameters = sum(parameter.numel() for parameter in meta.parameters())
@@ -329,6 +333,22 @@ def check_architecture(
     return row
 
 
+def pixel_inputs(cls) -> list[str]:
+    """The forward arguments of ``cls`` that carry pixels (``pixel_values``, ``pixel_values_videos``,
+    Fuyu's ``image_patches``, Kosmos-2.5's ``flattened_patches``)."""
+    try:
+        names = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return []
+    return [name for name in names if "pixel" in name or name.endswith("patches")]
+
+
+def has_image_path(cls, config) -> bool:
+    """Whether the class takes images at all: a pixel input in its forward, or a vision part in its
+    config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
+    return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
+
+
 def _accepts(model, name: str) -> bool:
     try:
         return name in inspect.signature(model.forward).parameters
@@ -350,15 +370,29 @@ def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
                                        **second_layout(config))]
 
 
-def with_other_pixels(sample: dict, seed: int) -> dict:
-    """The sample with every floating-point image input (``pixel_values``, ``image_patches``, ...)
-    replaced by other random values of the same shape; tokens, sizes and masks unchanged."""
+def with_other_pixels(sample: dict, seed: int, layout=None) -> dict:
+    """The sample with other pixel values: the image layout's own ``other_pixels`` where it has one
+    (patch rows carrying their grid position), else every floating-point image input
+    (``pixel_values``, ``image_patches``, ``flattened_patches``, ...) replaced by other random values
+    of the same shape; tokens, sizes and masks unchanged."""
     generator = torch.Generator().manual_seed(seed + 7919)
+    if layout is not None and layout.other_pixels is not None:
+        return layout.other_pixels(sample, generator)
     other = dict(sample)
     for name, value in sample.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and ("pixel" in name or "image" in name):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() \
+                and any(word in name for word in ("pixel", "image", "patches")):
             other[name] = torch.randn(value.shape, generator=generator).to(value.dtype)
     return other
+
+
+def _layout(config):
+    """The image layout (``patcher.images``) whose builder makes the config's samples; None for
+    other builders (the zoo's)."""
+    from ..samples import multimodal_builder
+
+    builder = multimodal_builder(config.model_type) if config is not None else None
+    return getattr(builder, "layout", None)
 
 
 def _builder_location(config) -> str | None:
@@ -377,7 +411,7 @@ def _builder_location(config) -> str | None:
 
 def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, seed: int) -> None:
     """Eager logits must change when only the pixels change; else the image never reaches them."""
-    other = with_other_pixels(sample, seed)
+    other = with_other_pixels(sample, seed, _layout(getattr(model, "config", None)))
     if all(other[name] is sample[name] for name in sample):
         raise ValueError("the image sample has no floating-point pixel input to vary")
     with torch.no_grad():

@@ -34,6 +34,43 @@ def summary(rows: list[CoverageRow]) -> str:
             f"equal {len(mm_equal)}")
 
 
+def mapping_classes() -> set[str]:
+    """The classes of transformers' image-text-to-text auto mapping."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    names: set[str] = set()
+    for value in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values():
+        names.update(value if isinstance(value, (list, tuple)) else [value])
+    return names
+
+
+def image_text_to_text(rows: list[CoverageRow], mapping: set[str] | None = None) -> dict:
+    """The images metric over the image-text-to-text mapping (not over "has a sample builder"): of
+    the mapping's classes in ``rows`` that build, those with an image path must be equal with images.
+    Classes that take no images at all (no pixel input, no vision config) are named, not counted."""
+    mapping = mapping_classes() if mapping is None else set(mapping)
+    swept = [row for row in rows if row.architecture in mapping]
+    built = [row for row in swept if row.built]
+    # image_path None (an older report): counted as having one, so no failure is hidden
+    with_path = [row for row in built if row.image_path is not False]
+    equal = [row for row in with_path if row.multimodal is not None and row.multimodal.equal]
+    return {"in_mapping": len(mapping), "swept": len(swept), "built": len(built),
+            "without_image_path": sorted(row.architecture for row in built if row.image_path is False),
+            "with_image_path": len(with_path), "equal_with_images": len(equal),
+            "not_equal_with_images": sorted(row.architecture for row in with_path if row not in equal)}
+
+
+def image_text_to_text_line(rows: list[CoverageRow], mapping: set[str] | None = None) -> str:
+    metric = image_text_to_text(rows, mapping)
+    without = metric["without_image_path"]
+    swept = (f"{metric['swept']} in the mapping" if metric["swept"] == metric["in_mapping"]
+             else f"{metric['swept']} of the {metric['in_mapping']} in the mapping swept")
+    return (f"image-text-to-text: {swept}, {metric['built']} build, {len(without)} without an image path"
+            + (f" ({', '.join(without)})" if without else "")
+            + f", {metric['equal_with_images']} equal with images of {metric['with_image_path']} "
+            f"({_pct(metric['equal_with_images'], metric['with_image_path'])})")
+
+
 def _diff(value: float | None) -> str:
     if value is None:
         return ""
@@ -57,7 +94,8 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
     for attempt in (row.text, row.multimodal):
-        if attempt is not None and attempt.ran and not attempt.equal:
+        # an attempt that stopped before eager ran (its sample failed) is a blocker like any other
+        if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
             if attempt.stage == "compare":
                 kind = "not equal" if attempt.subgraphs == attempt.expected else "wrong subgraph count"
@@ -106,7 +144,7 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
               "multimodal", "blocker", "where", "rewrites"]
-    lines = ["# tracezoo coverage", "", summary(rows), ""]
+    lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -140,7 +178,9 @@ def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | Non
     out.mkdir(parents=True, exist_ok=True)
     md_path, json_path = out / "coverage.md", out / "coverage.json"
     md_path.write_text(markdown(rows, elapsed), encoding="utf-8")
-    payload = {"summary": summary(rows), "elapsed_s": elapsed, **(meta or {}),
+    payload = {"summary": summary(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
+                                                                 **image_text_to_text(rows)},
+               "elapsed_s": elapsed, **(meta or {}),
                "top_blockers": [{"blocker": key, "count": number, "examples": examples}
                                 for key, number, examples in top_blockers(rows, built=True)],
                "top_build_failures": [{"blocker": key, "count": number, "examples": examples}

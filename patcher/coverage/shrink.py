@@ -72,6 +72,10 @@ _POSITIONS = {"max_position_embeddings", "n_positions", "max_seq_len", "max_sour
               "text_max_position_embeddings", "context_length", "model_max_length"}
 _LORA = {"kv_lora_rank", "q_lora_rank", "o_lora_rank"}
 _STATE = {"state_size", "ssm_state_size", "mamba_d_state", "d_state", "time_step_rank", "mamba_dt_rank"}
+#: learned queries that become the image tokens of one image (Kosmos: 2048 of them would not fit
+#: the tiny text model's positions)
+_IMAGE_QUERIES = {"latent_query_num"}
+IMAGE_QUERIES = 16
 _WINDOW = {"sliding_window", "attention_chunk_size", "local_attention_window", "window_size"}
 _PERIOD = {"attn_layer_period", "expert_layer_period", "sliding_window_pattern", "_sliding_window_pattern",
            "global_attn_every_n_layers", "no_rope_layer_interval", "decoder_sparse_step", "moe_layer_freq",
@@ -109,7 +113,8 @@ _SIZE_LIMITS = (
     (_EXPERTS, EXPERTS), (_TOP_K, TOP_K),
 )
 _MORE_SIZE_LIMITS = (
-    (_POSITIONS, POSITIONS), (_LORA, LORA_RANK), (_STATE, STATE), (_WINDOW, WINDOW), (_PERIOD, 2), (_OFFSET, 1),
+    (_POSITIONS, POSITIONS), (_IMAGE_QUERIES, IMAGE_QUERIES), (_LORA, LORA_RANK), (_STATE, STATE), (_WINDOW, WINDOW),
+    (_PERIOD, 2), (_OFFSET, 1),
 )
 
 
@@ -562,7 +567,7 @@ def shrink_dict(data: dict, mrope: bool = False) -> dict:
 
 def shrink_config(config_class: type, **overrides):
     """A tiny instance of ``config_class`` (its defaults, shrunk)."""
-    config = config_class()
+    config = _with_vision(config_class)
     mrope = _modeling_mentions(config_class, "mrope_section")
     # Twice: building a config can add defaults sized for the real model (e.g. Qwen2-VL's
     # mrope_section); the second pass shrinks those too.
@@ -572,6 +577,20 @@ def shrink_config(config_class: type, **overrides):
             data.pop(key, None)
         data.update(overrides)
         config = config_class.from_dict(data)
+    return config
+
+
+def _with_vision(config_class: type):
+    """The class's defaults; where those leave out an optional vision sub-config (Gemma 4 builds
+    text-only unless given one), with the vision sub-config's own defaults: the tiny model gets its
+    vision tower, so its image path can be checked."""
+    config = config_class()
+    spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("vision_config")
+    if getattr(spec, "optional", False) and getattr(config, "vision_config", ...) is None:
+        try:
+            return config_class(vision_config={})
+        except Exception:  # noqa: BLE001  (no default vision config to build: stay text-only)
+            return config
     return config
 
 

@@ -1,24 +1,30 @@
 """Processor-free image samples for every image-text-to-text architecture, built from the config.
 
 One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``merged_patches``, ``idefics``,
-``anyres``, ``naflex``, ``navit_packed``), each an :class:`~patcher.images.layout.ImageLayout` registered with
+``anyres``, ``naflex``, ``navit_packed``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``),
+each an :class:`~patcher.images.layout.ImageLayout` registered with
 ``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
 builders replace these for its model types. Importing this package registers them all.
 
 The builders take the common sample keywords (``batch_size``, ``seq_len``, ``left_padding``,
 ``device``, ``generator``) plus ``num_images`` (per row), ``image_size`` and ``model``: with a
 model, the image tokens per image are counted by running its own ``get_image_features`` on the
-synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without, from the config.
+synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without (or for a model that
+has none), from the config.
 """
 
 from __future__ import annotations
 
-from . import anyres, idefics, merged_patches, naflex, navit_packed, pixtral, qwen_vl, square  # noqa: F401  (registers the layouts)
+from . import (  # noqa: F401  (registers the layouts)
+    anyres, flat_patches, idefics, merged_patches, naflex, navit_packed, patch_positions, pix2struct, pixtral,
+    prefix, qwen_vl, square,
+)
 from .layout import ImageLayout, build_image_sample, forward_inputs
 from .tokens import features_per_image, image_token_id
 
 LAYOUTS = [square.LAYOUT, pixtral.LAYOUT, qwen_vl.LAYOUT, merged_patches.LAYOUT, idefics.LAYOUT, anyres.LAYOUT,
-           naflex.LAYOUT, navit_packed.LAYOUT]
+           naflex.LAYOUT, navit_packed.LAYOUT, flat_patches.LAYOUT, prefix.LAYOUT, patch_positions.LAYOUT,
+           pix2struct.LAYOUT]
 
 
 def layout_for(model_type: str) -> ImageLayout | None:

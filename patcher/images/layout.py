@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..samples import register_multimodal_sample, text_sample
-from .tokens import check_counts, decoder_rows, features_per_image, first_field, image_token_id, token_rows
+from .tokens import check_counts, decoder_rows, features_per_image, first_field, image_feature_method, image_token_id, token_rows
 
 Size = tuple[int, int]
 
@@ -31,6 +31,9 @@ class ImageLayout:
     second valid size, or None where the family takes one size only) give image sizes;
     ``config_count(config, size)`` the image tokens per image from the config alone.
     ``markers(config)`` are the tokens around each image's run (``<vision_start>``...).
+    ``placeholder(config)`` is the id of the tokens the model replaces by image features.
+    ``prefix``: the model puts the image features before the text itself (GIT): the text holds no
+    image tokens, and each row takes exactly one image.
     """
 
     name: str
@@ -44,6 +47,12 @@ class ImageLayout:
     #: towers of the family take (patch shapes differ across the family); with a model at hand, the
     #: first arrangement its ``get_image_features`` accepts is used.
     variants: Callable[[Any, dict], list[dict]] = lambda config, pixels: []
+    placeholder: Callable[[Any], int] = image_token_id
+    #: ``other_pixels(sample, generator) -> sample``: the same images with other pixel values, for
+    #: the image-influence check, where replacing every float image input would break the sample
+    #: (patch rows that carry their grid position); None: every float image input is redrawn.
+    other_pixels: Callable[[dict, torch.Generator], dict] | None = None
+    prefix: bool = False
     registered: list[str] = field(default_factory=list, compare=False)
 
 
@@ -126,18 +135,24 @@ def build_image_sample(
     size = pair(image_size) if image_size is not None else layout.default_size(config)
     accepted = forward_inputs(config, model)
     total = batch_size * num_images
+    if layout.prefix and num_images != 1:
+        raise ValueError(f"{config.model_type} puts one image before each text row (got num_images={num_images})")
     pixels = layout.pixels(config, [size] * total, generator, dtype, accepted, batch_size)
-    if model is not None:
-        pixels, count = _first_accepted(model, [pixels, *layout.variants(config, pixels)], total)
+    if layout.prefix:
+        spans = []
     else:
-        count = layout.config_count(config, size)
-    token = image_token_id(config)
-    before, after = layout.markers(config)
-    spans = [before + [token] * count + after] * num_images
+        if model is not None and image_feature_method(model) is not None:
+            pixels, count = _first_accepted(model, [pixels, *layout.variants(config, pixels)], total)
+        else:  # no get_image_features to count with (Kosmos-2.5): the family's count from the config
+            count = layout.config_count(config, size)
+        token = layout.placeholder(config)
+        before, after = layout.markers(config)
+        spans = [before + [token] * count + after] * num_images
     input_ids, attention_mask = token_rows(config, batch_size, seq_len, spans, left_padding, generator)
     sample: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-    for name in ("token_type_ids", "mm_token_type_ids"):
-        if name in accepted:
+    # 1 on image tokens, under the names forward takes them by (Kosmos: where image features go)
+    for name in ("token_type_ids", "mm_token_type_ids", "image_embeds_position_mask"):
+        if name in accepted and spans:
             sample[name] = (input_ids == token).long()
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in accepted:
         sample["decoder_input_ids"] = decoder_rows(config, batch_size, seq_len, generator)
