@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
@@ -177,7 +178,7 @@ class StatementContext:
         return [first] + list(stmts[1:])
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
-              span: cst.CSTNode, prefix: str = "_wrapped") -> list[cst.BaseStatement] | None:
+              span: cst.CSTNode, prefix: str = WRAPPED_PREFIX) -> list[cst.BaseStatement] | None:
         lines = self.state.lines(span)
         why_not = hoist_mod.unhoistable(list(stmts)) or self.state.targets.hidden_targets(
             list(stmts), self.fctx.cls, self.fctx.module_locals)
