@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .arguments import add_model_arguments, prepare_from_arguments
 from .models import model_id_help
 
 TRACE_EPILOG = """\
@@ -27,32 +28,6 @@ targets are used: with --targets inside e.g. a vision tower, the recipe's ignore
 would swallow them); --no-default-ignore drops it.
 Exit status: 0 traced, 1 failed to trace, 2 bad arguments or input (message, no traceback), 130 interrupted.
 """
-
-
-def add_model_arguments(parser) -> None:
-    """MODEL_CLASS MODEL_ID [--multimodal] [--targets] [--ignore] [--no-default-ignore]: shared by commands."""
-    parser.add_argument("model_class", metavar="MODEL_CLASS",
-                        help="e.g. LlamaForCausalLM, package.module.Class, FILE.py:Class (a patched file) or "
-                        "FOLDER:Class (a 'patcher patch -o FOLDER' output)")
-    parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
-    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
-    parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
-    parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
-                        help="modules/functions to keep opaque, added to the default list")
-    parser.add_argument("--no-default-ignore", action="store_true",
-                        help="do not keep transformers' mask builders etc. opaque (patcher.DEFAULT_IGNORE)")
-    parser.add_argument("--unused-input", nargs="+", metavar="NAME", default=[], dest="unused_inputs",
-                        help="sample inputs the model does not read (eager ignores them too); any other input "
-                        "that does not reach the graph's output is an error, never dropped silently")
-
-
-def prepare_from_arguments(args):
-    """The :class:`patcher.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
-    from .attempt import prepare_trace
-
-    return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
-                         sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
-                         extra_ignore=args.ignore)
 
 
 def _add_trace_parser(subparsers) -> None:

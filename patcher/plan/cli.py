@@ -24,7 +24,7 @@ Exit status: 0 planned, 1 failed to trace, 2 bad arguments.
 
 
 def add_plan_parser(subparsers) -> None:
-    from ..cli import add_model_arguments
+    from ..arguments import add_model_arguments
     from ..models import model_id_help
 
     parser = subparsers.add_parser(

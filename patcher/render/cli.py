@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..cli import add_model_arguments
+from ..arguments import add_model_arguments
 from ..models import model_id_help
 
 GRAPH_EPILOG = """\
@@ -63,7 +63,7 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_graph(args) -> int:
-    from ..cli import prepare_from_arguments
+    from ..arguments import prepare_from_arguments
     from ..partition import partition_graph
     from ..trace import TargetMatchError, TracingError, trace_graph
     from . import GRAPHVIZ_FORMATS, TEXT_FORMATS, GraphvizNotFoundError, find_dot, render_partition, should_collapse

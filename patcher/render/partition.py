@@ -15,6 +15,7 @@ import torch
 from torch import fx, nn
 
 from ..partition import Subgraph
+from ..registry.wrapped import is_check_name, is_wrapped_name
 from ..trace.tracer import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph
 
 #: Node kinds, in legend order.
@@ -151,7 +152,7 @@ def _describe(node: fx.Node, targets: set[str], modules: dict[str, nn.Module]) -
 def is_opaque_function(target: Any) -> bool:
     """A function kept as one call: wrapped by the patcher, ignored, or from outside torch."""
     name = getattr(target, "__name__", "")
-    if name.startswith(("_wrapped_", "_check_")):
+    if is_wrapped_name(name) or is_check_name(name):
         return True
     module = getattr(target, "__module__", None) or ""
     if not module:

@@ -14,7 +14,8 @@ def pool(x: torch.Tensor):
     return x.view(b, t, -1)
 <BLANKLINE>
 
-Rules live in `patcher.rewrite.rules`, one module per rule (CODE, DESCRIPTION, rewrite()).
+Rules live in `patcher.rewrite.rules`, one module per rule (SPEC, CODE, rewrite()); their codes, texts
+and precedence in `patcher.registry.rules`.
 """
 
 from .api import PatchResult, patch_file, patch_source

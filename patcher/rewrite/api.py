@@ -15,11 +15,11 @@ from typing import Sequence
 import libcst as cst
 
 from ..files import write_pair_atomic
+from ..registry.rules import NO_RULE, RULES
 from . import header as hdr
 from .engine import Blocker, Rewrite, run_rules
 from .errors import PatchError
 from .imports import AbsoluteImports
-from .rules import ALL_RULES
 
 _MODEL_BASES = ("Module", "PreTrainedModel", "GradientCheckpointingLayer", "GenerationMixin")
 
@@ -193,7 +193,7 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
     for r in state.rewrites:
         r.lines = (r.lines[0] + offset, r.lines[1] + offset)
     for node in imports.unresolved:
-        state.blockers.append(Blocker(filename, 0, "TZ100", "import",
+        state.blockers.append(Blocker(filename, 0, NO_RULE, "import",
                                       "relative import left as is: the source module's package is unknown"))
     rules = hdr.rules_in(out_body)
     code = hdr.make_header(module=module_name or "<unknown>", file=shown_file, rules=rules) + out_body
@@ -203,7 +203,7 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
         "transformers_version": hdr.transformers_version(),
         "patcher_version": hdr.patcher_version(),
         "rules_applied": rules,
-        "rule_descriptions": {r.CODE: r.DESCRIPTION for r in ALL_RULES},
+        "rule_descriptions": {code: spec.summary for code, spec in RULES.items()},
         "imports_made_absolute": imports.changed,
         "rewrites": [r.as_dict() for r in state.rewrites],
         "blockers": [b.as_dict() for b in state.blockers],

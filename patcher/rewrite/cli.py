@@ -11,9 +11,8 @@ import difflib
 import sys
 from pathlib import Path
 
-from .api import patch_file
+from ..registry.rules import RULES
 from .errors import PatchError
-from .rules import ALL_RULES
 from .rules.ignored_call import DEFAULT_IGNORE
 
 EPILOG = """\
@@ -45,7 +44,7 @@ An existing output file is only overwritten when it carries the generated header
 
 def add_patch_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``patch`` to an argparse subparsers object; returns the new parser."""
-    rules = "\n".join(f"  {r.CODE}  {r.DESCRIPTION}" for r in sorted(ALL_RULES, key=lambda r: r.CODE))
+    rules = "\n".join(f"  {code}  {spec.summary}" for code, spec in RULES.items())
     parser = subparsers.add_parser(
         "patch",
         help="rewrite a modeling file so that torch.fx can trace it",
@@ -97,6 +96,8 @@ def _unknown_names(module: str, targets, ignore) -> str | None:
 
 
 def run_patch(args: argparse.Namespace) -> int:
+    from .api import patch_file  # here, not at the top: `patcher patch --help` needs no rewriter
+
     try:
         problem = _unknown_names(args.module, args.targets, args.ignore)
         if problem:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
@@ -19,8 +20,15 @@ from .taint import Taint
 from .targets import TargetIndex
 from .walk import descendants
 
-if TYPE_CHECKING:
-    from .engine import Engine
+
+class Forwarding(Protocol):
+    """What a statement's rules need of the engine (engine.Engine): the module's state, the
+    names calls to which go through forwarders, and the forwarder for one of them."""
+
+    state: ModuleState
+    redirect_names: set[str]
+
+    def forwarder(self, name: str, *, method: bool, line: int) -> tuple[str, str] | None: ...
 
 
 @dataclass
@@ -122,7 +130,7 @@ class FunctionCtx:
 class StatementContext:
     """What a rule may ask about, and do to, one statement (see rules/base.py)."""
 
-    def __init__(self, engine: "Engine", fctx: FunctionCtx, stmt: cst.CSTNode, forced: str | None,
+    def __init__(self, engine: Forwarding, fctx: FunctionCtx, stmt: cst.CSTNode, forced: str | None,
                  forced_lines: set[int]):
         self.engine = engine
         self.state = engine.state
@@ -177,7 +185,7 @@ class StatementContext:
         return [first] + list(stmts[1:])
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
-              span: cst.CSTNode, prefix: str = "_wrapped") -> list[cst.BaseStatement] | None:
+              span: cst.CSTNode, prefix: str = WRAPPED_PREFIX) -> list[cst.BaseStatement] | None:
         lines = self.state.lines(span)
         why_not = hoist_mod.unhoistable(list(stmts)) or self.state.targets.hidden_targets(
             list(stmts), self.fctx.cls, self.fctx.module_locals)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .walk import children
-
+from ..registry.rules import ASSERT, BOOL, CHECK, DATA, FINFO, ITER, SETITEM, SIZES, STARRED
 from .taint import CLEAN, META, VALUE, Taint, dotted
+from .walk import children
 
 # Builtins that iterate or coerce their argument: `bool()`/`iter()` on a proxy raise under fx.
 ITERATING_CALLS = frozenset(
@@ -28,7 +28,7 @@ CHECK_CALLS = frozenset({"torch_compilable_check", "torch._check", "torch._check
 
 @dataclass(frozen=True)
 class Issue:
-    kind: str  # bool | iter | data | setitem | starred | check | assert | finfo
+    kind: str  # one of patcher.registry.rules.ISSUE_KINDS; each rule's spec claims the kinds it rewrites
     level: int  # taint.VALUE or taint.META
     node: cst.CSTNode
     detail: str
@@ -63,59 +63,59 @@ class _Finder:
         if t in (cst.Lambda, cst.FunctionDef, cst.ClassDef):
             return  # runs later (or never); not part of this statement's trace
         if t is cst.Assert:
-            self.add("assert", of(node.test), node, "assert on a traced value")
+            self.add(ASSERT, of(node.test), node, "assert on a traced value")
         elif t is cst.IfExp:
-            self.add("bool", of(node.test), node.test, "conditional expression on a traced value")
+            self.add(BOOL, of(node.test), node.test, "conditional expression on a traced value")
         elif t is cst.BooleanOperation:
-            self.add("bool", of(node.left), node.left, f"`{_op(node)}` on a traced value")
+            self.add(BOOL, of(node.left), node.left, f"`{_op(node)}` on a traced value")
         elif t is cst.UnaryOperation and isinstance(node.operator, cst.Not):
-            self.add("bool", of(node.expression), node.expression, "`not` on a traced value")
+            self.add(BOOL, of(node.expression), node.expression, "`not` on a traced value")
         elif t is cst.CompIf:
-            self.add("bool", of(node.test), node.test, "comprehension filter on a traced value")
+            self.add(BOOL, of(node.test), node.test, "comprehension filter on a traced value")
         elif t is cst.CompFor:
-            self.add("iter", self.taint.of_iterable(node.iter), node.iter, "comprehension over a traced value")
+            self.add(ITER, self.taint.of_iterable(node.iter), node.iter, "comprehension over a traced value")
         elif t is cst.StarredElement or (t is cst.Arg and node.star == "*"):
             level = of(node.value)
-            self.add("starred", level, node, "starred unpacking of a traced value")
+            self.add(STARRED, level, node, "starred unpacking of a traced value")
         elif t in (cst.Assign, cst.AugAssign):
             targets = [tg.target for tg in node.targets] if t is cst.Assign else [node.target]
             for tg in targets:
                 if isinstance(tg, cst.Subscript) and not _container_item(tg, self.taint):
-                    self.add("setitem", VALUE if of(tg.value) else CLEAN, tg,
+                    self.add(SETITEM, VALUE if of(tg.value) else CLEAN, tg,
                              "item assignment into a traced tensor (proxies have no __setitem__)")
                 elif isinstance(tg, cst.Attribute) and of(tg.value) == VALUE:
                     # `vision_output.pooler_output = torch.split(...)` on a module's output: setting
                     # an attribute of a proxy records nothing, so the graph would silently keep the
                     # old value; the assignment must run when the graph runs
-                    self.add("setitem", VALUE, tg, "attribute assignment on a traced value (proxies record no setattr)")
+                    self.add(SETITEM, VALUE, tg, "attribute assignment on a traced value (proxies record no setattr)")
                 elif isinstance(tg, (cst.Tuple, cst.List)) and any(
                     isinstance(el, cst.StarredElement) for el in tg.elements
                 ) and t is cst.Assign:
-                    self.add("starred", of(node.value), tg, "starred unpacking of a traced value")
+                    self.add(STARRED, of(node.value), tg, "starred unpacking of a traced value")
         elif t is cst.Call:
             name = dotted(node.func)
             args = max((of(a.value) for a in node.args), default=CLEAN)
             if name in CHECK_CALLS:
-                self.add("check", VALUE if args else CLEAN, node, f"`{name}` on a traced value")
+                self.add(CHECK, VALUE if args else CLEAN, node, f"`{name}` on a traced value")
             elif name in ITERATING_CALLS:
                 level = max((self.taint.of_iterable(a.value) if not a.star else of(a.value) for a in node.args),
                             default=CLEAN) if name in ("list", "tuple", "enumerate", "zip", "set", "sorted") else args
-                self.add("iter", level, node, f"`{name}()` of a traced value")
+                self.add(ITER, level, node, f"`{name}()` of a traced value")
             elif name is not None and name.startswith("itertools."):
-                self.add("data", VALUE if args else CLEAN, node, f"`{name}` over traced values")
+                self.add(DATA, VALUE if args else CLEAN, node, f"`{name}` over traced values")
             elif name in SIZE_FACTORIES and sum(1 for a in node.args if a.keyword is None) > 1 \
                     and not any(a.star for a in node.args):
                 positional = [a for a in node.args if a.keyword is None]
-                self.add("sizes", META if max(of(a.value) for a in positional) else CLEAN, node,
+                self.add(SIZES, META if max(of(a.value) for a in positional) else CLEAN, node,
                          f"`{name}` with traced sizes as separate arguments")
             elif name in ("torch.finfo", "torch.iinfo"):
-                self.add("finfo", META if args else CLEAN, node, f"`{name}` of a traced dtype")
+                self.add(FINFO, META if args else CLEAN, node, f"`{name}` of a traced dtype")
             elif name == "len" and len(node.args) == 1 and of(node.args[0].value) == VALUE:
                 # fx proxies have no length (a list a wrapped helper returns, a tensor): the count is
                 # only known when the graph runs
-                self.add("data", VALUE, node, "`len()` of a traced value (proxies have no length)")
+                self.add(DATA, VALUE, node, "`len()` of a traced value (proxies have no length)")
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("tolist", "item"):
-                self.add("data", VALUE if of(node.func.value) else CLEAN, node,
+                self.add(DATA, VALUE if of(node.func.value) else CLEAN, node,
                          f"`.{node.func.attr.value}()` reads tensor data")
         for child in children(node):
             self.visit(child)
@@ -137,9 +137,9 @@ def find_issues(stmt: cst.CSTNode, taint: Taint) -> list[Issue]:
     """Untraceable constructs in `stmt`'s own expressions (not in its nested blocks)."""
     finder = _Finder(taint)
     if isinstance(stmt, (cst.If, cst.While)):
-        finder.add("bool", taint.of(stmt.test), stmt.test, f"`{type(stmt).__name__.lower()}` on a traced value")
+        finder.add(BOOL, taint.of(stmt.test), stmt.test, f"`{type(stmt).__name__.lower()}` on a traced value")
     if isinstance(stmt, cst.For):
-        finder.add("iter", taint.of_iterable(stmt.iter), stmt.iter, "`for` over a traced value")
+        finder.add(ITER, taint.of_iterable(stmt.iter), stmt.iter, "`for` over a traced value")
     for node in header_nodes(stmt):
         finder.visit(node)
     return finder.issues

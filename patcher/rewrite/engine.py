@@ -13,6 +13,8 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from ..registry.rules import DATA, NO_RULE, TZ101, TZ103, TZ105, TZ106, names_a_code, rule_for_location
+from ..registry.wrapped import forwarder_name
 from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
@@ -27,19 +29,6 @@ from .targets import TargetIndex
 
 __all__ = ["Blocker", "Engine", "Rewrite", "run_rules"]
 
-# Tracer failure kinds (from the repair loop) -> rule code; None: decided by the statement.
-KIND_TO_CODE = {
-    "bool": None, "control_flow": None, "branch": None, "condition": None,
-    "iter": "TZ103", "iteration": "TZ103", "len": "TZ103", "item": "TZ103", "tolist": "TZ103",
-    "setitem": "TZ103", "loop": "TZ103", "data": "TZ103",
-    "assert": "TZ102", "check": "TZ102", "raise": "TZ102",
-    "starred": "TZ104", "unpack": "TZ104",
-    "shape": "TZ105", "dtype": "TZ105", "ndim": "TZ105", "finfo": "TZ105",
-    "call": "TZ106", "opaque": "TZ106", "ignore": "TZ106",
-    # patcher.trace.diagnose.KINDS keys
-    "shape_branch": "TZ105", "starred_shape": "TZ104", "data_dependent": "TZ103",
-    "unsupported_object": "TZ106", "model_error": None,
-}
 # Methods that are the graph itself: wrapping them whole would make the model opaque.
 _NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
 WHOLE_METHOD_MIN_ISSUES = 3
@@ -167,17 +156,16 @@ class Engine:
         if not hits:
             return None, set()
         self.state.used_locations |= hits
-        kind = self.state.locations[min(hits)]
-        code = kind if kind.upper().startswith("TZ1") else KIND_TO_CODE.get(kind)
+        code = rule_for_location(self.state.locations[min(hits)])
         if code is None:
             head = stmt.test if isinstance(stmt, (cst.If, cst.While)) else None
             if isinstance(stmt, cst.For):
-                code = "TZ103"
+                code = TZ103
             elif head is not None and fctx.taint.of(head) == META:
-                code = "TZ105"
+                code = TZ105
             else:
-                code = "TZ101"
-        return code.upper(), hits
+                code = TZ101
+        return code, hits
 
     def statement(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> list[cst.BaseStatement]:
         if isinstance(stmt, cst.FunctionDef):
@@ -267,12 +255,12 @@ class Engine:
         if method:
             code = self.state.redirect_methods.get(name)
         else:
-            code = "TZ106" if name in self.state.ignore else None
+            code = TZ106 if name in self.state.ignore else None
         if code is None:
             return None
         key = (name, method)
         if key not in self.state.forwarders:
-            fname = f"_wrapped_{name.strip('_')}"
+            fname = forwarder_name(name)
             if fname not in self.state.existing_wrapped:
                 fname = self.state.namer.unique(fname, method="method" if method else None)
                 self.state.add_function(hoist_mod.forwarding_wrapper(
@@ -282,7 +270,7 @@ class Engine:
 
 
 def whole_method_candidates(module: cst.Module, targets: TargetIndex, wrapped: dict) -> dict[str, str]:
-    """Methods data-dependent through and through -> "TZ103" (their callers call them wrapped)."""
+    """Methods data-dependent through and through -> TZ103 (their callers call them wrapped)."""
     found: dict[str, str] = {}
     for cls in module.body:
         if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
@@ -295,10 +283,10 @@ def whole_method_candidates(module: cst.Module, targets: TargetIndex, wrapped: d
             for stmt in iter_statements(fn.body):
                 if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
                     loops += 1
-                data += sum(1 for i in find_issues(stmt, taint) if i.kind == "data" and i.level == VALUE)
+                data += sum(1 for i in find_issues(stmt, taint) if i.kind == DATA and i.level == VALUE)
             # Loops over tensors driven by tensor data: no part of it can stay in a graph.
             if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
-                found[fn.name.value] = "TZ103"
+                found[fn.name.value] = TZ103
     return found
 
 
@@ -334,7 +322,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
                     if isinstance(fn, cst.FunctionDef)}
     for name in ignore_set:
         if name in method_names or name not in top_names:
-            redirect.setdefault(name, "TZ106")
+            redirect.setdefault(name, TZ106)
     state = ModuleState(
         filename=os.path.basename(filename), wrapper=wrapper, namer=Namer(top_names), ignore=ignore_set,
         redirect_methods=redirect, targets=index, locations=line_locs, existing_wrapped=existing_wrapped,
@@ -344,7 +332,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):
-        state.block(line, line_locs[line] if line_locs[line].upper().startswith("TZ") else "TZ100",
+        state.block(line, line_locs[line] if names_a_code(line_locs[line]) else NO_RULE,
                     line_locs[line], "no rewritable statement at this line (outside functions, or in wrapped code)")
     return new, state
 

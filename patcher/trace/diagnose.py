@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import linecache
 import os
-import re
 import sysconfig
 import traceback
 from dataclasses import dataclass
 
 import torch
+
+from ..registry.rules import diagnose_symptom, symptoms
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PATCHER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -34,64 +35,20 @@ class ConstructKind:
     guide_section: str
 
 
+#: Symptom key -> what the error says about it; the texts and patterns live in the rule registry.
 KINDS = {
-    "assert": ConstructKind(
-        "assert or check on a tensor value",
-        "TZ102",
-        "an assert/check needs a concrete bool, but while tracing tensors are symbolic",
-        "move the check into a module-level torch.fx.wrap function so it runs when the graph runs",
-        "asserts-and-checks",
-    ),
-    "shape_branch": ConstructKind(
-        "control flow on a shape, ndim or dtype",
-        "TZ105",
-        "shapes of traced values are symbolic, so Python cannot decide the branch",
-        "rewrite so the result does not depend on the branch (e.g. always slice), or wrap the statement",
-        "shape-and-dtype-inference",
-    ),
-    "control_flow": ConstructKind(
-        "control flow on a tensor value",
-        "TZ101",
-        "`if`/`while`/`and`/`or`/ternaries need a concrete bool, but traced tensors are symbolic",
-        "move the statement into a module-level torch.fx.wrap function, or add the enclosing function to `ignore`",
-        "conditional-execution",
-    ),
-    "starred_shape": ConstructKind(
-        "starred unpacking of a shape",
-        "TZ104",
-        "`*shape` iterates a symbolic shape whose length fx cannot know",
-        "index the shape instead (`b, t = x.shape[0], x.shape[1]`; `shape + (-1,)`)",
-        "correcting-shape-inference",
-    ),
-    "iteration": ConstructKind(
-        "iteration over a traced value",
-        "TZ103",
-        "a loop over a tensor (or list(tensor), zip, enumerate) needs its length, which is data",
-        "wrap the loop in a module-level torch.fx.wrap function, or index over a range known from the config",
-        "wrapping-functions",
-    ),
-    "data_dependent": ConstructKind(
-        "data-dependent Python value (.item(), .tolist(), len())",
-        "TZ103",
-        "the code turns tensor data into Python values, which do not exist while tracing",
-        "wrap the function that uses them (add its name to `ignore`, or let the patcher wrap it)",
-        "wrapping-functions",
-    ),
-    "unsupported_object": ConstructKind(
-        "a Python object fx cannot put into the graph",
-        "TZ106",
-        "a non-tensor object (a cache, a custom class) reached an opaque call or the graph output",
-        "trace with the cache off and keep the function that receives it opaque (`ignore`)",
-        "wrapping-functions",
-    ),
-    "model_error": ConstructKind(
-        "an error raised by the model's own code",
-        "",
-        "the model's forward raised while it ran with symbolic inputs",
-        "check the sample input and the model's arguments; if the error comes from a check on tensor values, wrap it",
-        "determining-traceability",
-    ),
+    symptom.key: ConstructKind(symptom.title, spec.code, symptom.why, symptom.fix, spec.guide_anchor)
+    for symptom, spec in symptoms()
 }
+#: No rule's symptom: the model's own code raised.
+MODEL_ERROR = ConstructKind(
+    "an error raised by the model's own code",
+    "",
+    "the model's forward raised while it ran with symbolic inputs",
+    "check the sample input and the model's arguments; if the error comes from a check on tensor values, wrap it",
+    "determining-traceability",
+)
+KINDS["model_error"] = MODEL_ERROR
 
 
 @dataclass(frozen=True)
@@ -163,28 +120,10 @@ def innermost_model_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return frames[-1] if frames else None
 
 
-_STARRED = re.compile(r"(^|[(\[,=\s])\*(?!\*)\s*[A-Za-z_(]")
-_SHAPE_WORDS = re.compile(r"\.(shape|ndim|dim\(\)|size\(|dtype)|\bisinstance\(")
-
-
 def classify(message: str, code: str) -> ConstructKind:
     """Pick the construct kind from fx's message and the offending source line."""
-    stripped = code.strip()
-    if "cannot be used as inputs to control flow" in message or "cond must be a bool" in message:
-        if stripped.startswith("assert") or "check" in stripped.split("(")[0] or "cond must be a bool" in message:
-            return KINDS["assert"]
-        if _SHAPE_WORDS.search(stripped):
-            return KINDS["shape_branch"]
-        return KINDS["control_flow"]
-    if "cannot be iterated" in message:
-        if _STARRED.search(stripped) and ("shape" in stripped or "size" in stripped or "*" in stripped):
-            return KINDS["starred_shape"]
-        return KINDS["iteration"]
-    if "'len' is not supported" in message or re.search(r"\.(item|tolist)\(", stripped):
-        return KINDS["data_dependent"]
-    if message.startswith("argument of type"):
-        return KINDS["unsupported_object"]
-    return KINDS["model_error"]
+    found = diagnose_symptom(message, code.strip())
+    return MODEL_ERROR if found is None else KINDS[found[0].key]
 
 
 def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableConstruct | None:

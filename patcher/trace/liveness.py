@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import torch
 from torch import fx
 
+from ..registry.wrapped import CHECK_PREFIX
 from .errors import TracingError
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -27,7 +28,7 @@ _TRACE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 #: Functions that only raise (checks): their result is None by design.
-CHECK_PREFIXES = ("_check_", "torch_compilable_check", "_assert")
+CHECK_PREFIXES = (CHECK_PREFIX + "_", "torch_compilable_check", "_assert")
 
 
 class DroppedInputError(TracingError):

@@ -29,6 +29,8 @@ from typing import Any, Iterable, Iterator
 from torch import fx, nn
 from torch.utils import _pytree as pytree
 
+from ..registry.wrapped import is_wrapped_name
+
 
 def _vision_mask_keys(args: tuple, kwargs: dict) -> tuple[str, ...]:
     return ("full_attention", "sliding_attention")  # the two masks Gemma3's builder always returns
@@ -59,7 +61,7 @@ def _callee_names(target: Any) -> set[str]:
     name = getattr(target, "__name__", None)
     if name is None:
         return set()
-    if name.startswith("_wrapped_"):
+    if is_wrapped_name(name):
         # a patcher forwarder (`_wrapped_f(*args, **kwargs)` calling `f`): the callee is in its code
         return {name, *getattr(getattr(target, "__code__", None), "co_names", ())}
     return {name}

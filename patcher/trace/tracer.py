@@ -22,6 +22,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
+from ..registry.ignore import DEFAULT_IGNORE
 from .diagnose import diagnose
 from .errors import (
     MissingTargetsError,
@@ -42,25 +43,6 @@ from .state import preserved_model_state
 ROOT_ATTRIBUTE = "_tracezoo_root"
 CONSTANT_PREFIX = "_tracezoo_constant_"
 
-#: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
-#: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
-#: patterns, or names of functions/methods.
-DEFAULT_IGNORE: tuple[str, ...] = (
-    "create_causal_mask",
-    "create_sliding_window_causal_mask",
-    "create_chunked_causal_mask",
-    "create_bidirectional_mask",
-    "create_bidirectional_sliding_window_mask",
-    "create_recurrent_attention_mask",
-    "create_masks_for_generate",
-    "create_masks_for_vision_model",
-    "_prepare_4d_causal_attention_mask",
-    "_prepare_4d_causal_attention_mask_with_cache_position",
-    "_prepare_4d_attention_mask",
-    "_update_causal_mask",
-    "get_rope_index",
-    "torch_compilable_check",
-)
 
 
 def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:

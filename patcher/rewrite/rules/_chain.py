@@ -7,6 +7,7 @@ from typing import Callable
 
 import libcst as cst
 
+from ...registry.wrapped import WRAPPED_PREFIX
 from ..naming import describe
 from ..taint import CLEAN
 
@@ -54,7 +55,7 @@ def _split_plain_guard(stmt: cst.If, ctx) -> tuple[cst.BaseExpression, cst.If] |
     return _join_and(operands[:plain]), cst.If(test=_join_and(operands[plain:]), body=stmt.body)
 
 
-def hoist_from(stmt: cst.If, index: int, ctx, *, code: str, reason: str, prefix: str = "_wrapped",
+def hoist_from(stmt: cst.If, index: int, ctx, *, code: str, reason: str, prefix: str = WRAPPED_PREFIX,
                desc: str | None = None) -> list[cst.BaseStatement] | None:
     chain = branches(stmt)
     moved = chain[index]

@@ -1,9 +1,10 @@
 """What every rule module provides, and the context a rule works in.
 
-A rule module (one per file, named after what it changes) defines:
+A rule module (one per file, named by its spec's ``transform`` in ``patcher/registry/rules.py``,
+where its code, texts and precedence live) defines:
 
-- ``CODE``: the stable rule code (``TZ101`` ...), used in comments, manifests and tracer errors;
-- ``DESCRIPTION``: one line, shown by ``patcher patch --help`` and in the manifest;
+- ``SPEC``: its :class:`patcher.registry.rules.RuleSpec`, and ``CODE = SPEC.code`` (``TZ101`` ...),
+  used in comments, manifests and tracer errors;
 - ``rewrite(stmt, ctx) -> list[cst.BaseStatement] | None``: the statements replacing ``stmt``, or
   None when the rule does not apply. Rules never mutate; they ask ``ctx`` to hoist or replace, so
   that comments, manifest records, names and blockers are handled in one place.
@@ -14,6 +15,17 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 import libcst as cst
+
+from ...registry import rules as registry
+from ...registry import wrapped as registry_wrapped
+from ..taint import META, VALUE
+
+_LEVEL_NAMES = {VALUE: registry.VALUE, META: registry.META}
+
+
+def claimed(issues: list, spec: registry.RuleSpec) -> list:
+    """The detect.Issue entries of ``issues`` that ``spec`` claims (by kind and taint level)."""
+    return [i for i in issues if spec.claims_issue(i.kind, _LEVEL_NAMES.get(i.level))]
 
 
 class RuleContext(Protocol):
@@ -36,7 +48,7 @@ class RuleContext(Protocol):
     def mentions_redirected(self, stmt: cst.CSTNode) -> bool: ...
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
-              span: cst.CSTNode, prefix: str = "_wrapped") -> list[cst.BaseStatement] | None: ...
+              span: cst.CSTNode, prefix: str = registry_wrapped.WRAPPED_PREFIX) -> list[cst.BaseStatement] | None: ...
 
     def replace(self, stmts: Sequence[cst.BaseStatement], *, code: str, reason: str,
                 span: cst.CSTNode) -> list[cst.BaseStatement]: ...

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...registry.rules import RULES, TZ101
 from ..naming import describe
 from ..taint import CLEAN, VALUE
 from ._chain import branches, first_branch, hoist_from
+from .base import claimed
 
-CODE = "TZ101"
-DESCRIPTION = "data-dependent if/elif and conditional expressions move into wrapped functions"
+SPEC = RULES[TZ101]
+CODE = SPEC.code
 
 
 def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
@@ -28,7 +30,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
             return None
         return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a tensor value")
     if isinstance(stmt, cst.SimpleStatementLine):
-        bools = [i for i in ctx.issues(stmt) if i.kind == "bool" and i.level == VALUE]
+        bools = claimed(ctx.issues(stmt), SPEC)
         if not bools and not forced:
             return None
         nodes = [bools[0].node] if bools else list(stmt.body)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...registry.rules import ITER, RULES, SETITEM, TZ103
 from ..naming import describe
 from ..taint import VALUE, dotted
 from ._header import ScopedTransformer, transform_header
+from .base import claimed
 
-CODE = "TZ103"
-DESCRIPTION = "loops over tensors and .tolist()/.item()/itertools-driven code move into wrapped functions"
-
-_KINDS = ("iter", "data", "setitem")
+SPEC = RULES[TZ103]
+CODE = SPEC.code
 
 
 def _unbind_list(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLine | None:
@@ -83,20 +83,20 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{kind}_{describe(head, limit=2)}", span=stmt,
                          reason=f"`{type(stmt).__name__.lower()}` driven by a traced value")
     if isinstance(stmt, cst.SimpleStatementLine):
-        issues = [i for i in ctx.issues(stmt) if i.kind in _KINDS or (i.kind == "starred" and i.level == VALUE)]
+        issues = claimed(ctx.issues(stmt), SPEC)
         if not issues and not forced:
             return None
-        if issues and all(i.kind == "iter" for i in issues):
+        if issues and all(i.kind == ITER for i in issues):
             tr = _IndexSplits(ctx)
             new = transform_header(stmt, tr)
-            if tr.changed and not [i for i in ctx.issues(new) if i.kind in _KINDS]:
+            if tr.changed and not claimed(ctx.issues(new), SPEC):
                 return ctx.replace([new], code=CODE, span=stmt,
                                    reason="iterate split chunks by index over the Python list of sizes")
-        if issues and all(i.kind == "iter" for i in issues) and (new := _unbind_list(stmt, ctx)) is not None:
+        if issues and all(i.kind == ITER for i in issues) and (new := _unbind_list(stmt, ctx)) is not None:
             return ctx.replace([new], code=CODE, span=stmt, reason="list(tensor) -> tensor.unbind(0) stays in the graph")
         targets = [t.target for s in stmt.body if isinstance(s, cst.Assign) for t in s.targets]
         desc = describe(*targets) if targets else describe(issues[0].node if issues else stmt)
-        if issues and issues[0].kind == "setitem":
+        if issues and issues[0].kind == SETITEM:
             desc = "set_" + describe(issues[0].node, limit=1)
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{desc}", span=stmt,
                          reason=issues[0].detail if issues else "data-dependent statement (targeted)")

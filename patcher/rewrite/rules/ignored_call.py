@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...trace.tracer import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
+from ...registry.ignore import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
+from ...registry.rules import RULES, TZ106
 from ._header import ScopedTransformer, transform_header
 
-CODE = "TZ106"
-DESCRIPTION = "calls to ignored functions/methods become calls to module-level wrapped forwarders"
+SPEC = RULES[TZ106]
+CODE = SPEC.code
 
 # The tracer's list, one source of truth: mask builders and helpers whose bodies branch on
 # tensor values. `torch_compilable_check` is TZ102's (a check, moved with its message), not a

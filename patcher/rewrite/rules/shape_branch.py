@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...registry.rules import RULES, TZ105
 from ..naming import describe
 from ..taint import CLEAN, META, VALUE
 from ._chain import branches, first_branch, hoist_from
+from .base import claimed
 
-CODE = "TZ105"
-DESCRIPTION = "branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped"
+SPEC = RULES[TZ105]
+CODE = SPEC.code
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -100,7 +102,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
                                reason="size check dropped: slicing to the size is a no-op when sizes agree")
         return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a shape, rank or dtype")
     if isinstance(stmt, cst.SimpleStatementLine):
-        issues = [i for i in ctx.issues(stmt) if i.kind in ("bool", "finfo") and i.level == META]
+        issues = claimed(ctx.issues(stmt), SPEC)
         if not issues and not forced:
             return None
         if any(i.level == VALUE for i in ctx.issues(stmt)) and not forced:

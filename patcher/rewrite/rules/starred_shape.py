@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...registry.rules import RULES, STARRED, TZ104
 from ..naming import describe
 from ..detect import SIZE_FACTORIES
-from ..taint import META, VALUE, dotted
+from ..taint import VALUE, dotted
 from ._header import ScopedTransformer, transform_header
+from .base import claimed
 
-CODE = "TZ104"
-DESCRIPTION = "starred unpacking of shapes becomes index-based / tuple-concatenation code"
+SPEC = RULES[TZ104]
+CODE = SPEC.code
 
 # Tensor methods and torch functions taking the whole size as `*sizes` or one tuple.
 SIZE_METHODS = frozenset({"view", "reshape", "expand", "repeat", "permute", "new_zeros", "new_ones",
@@ -224,7 +226,7 @@ def _unpack_assign(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLin
 
 def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
-    issues = [i for i in ctx.issues(stmt) if i.kind in ("starred", "sizes") and i.level == META]
+    issues = claimed(ctx.issues(stmt), SPEC)
     if not issues and not forced:
         return None
     if isinstance(stmt, cst.SimpleStatementLine) and (new := _unpack_assign(stmt, ctx)) is not None:
@@ -237,9 +239,9 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     new = transform_header(stmt, tr)
     if tr.changed:
         kinds = {i.kind for i in issues}
-        reason = "starred shape -> tuple concatenation" if "starred" in kinds else "traced sizes passed as one tuple"
+        reason = "starred shape -> tuple concatenation" if STARRED in kinds else "traced sizes passed as one tuple"
         return ctx.replace([new], code=CODE, span=stmt, reason=reason)
-    if isinstance(stmt, cst.SimpleStatementLine) and any(i.kind == "starred" for i in issues) \
+    if isinstance(stmt, cst.SimpleStatementLine) and any(i.kind == STARRED for i in issues) \
             and not any(i.level == VALUE for i in ctx.issues(stmt)):
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{describe(*stmt.body)}", span=stmt,
                          reason="starred shape passed to a function that does not take a size tuple")

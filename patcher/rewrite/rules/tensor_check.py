@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ...registry.rules import ASSERT, RULES, TZ102
+from ...registry.wrapped import CHECK_PREFIX
 from ..naming import describe
 from ..taint import CLEAN
 from ._chain import branches, first_branch, hoist_from
+from .base import claimed
 
-CODE = "TZ102"
-DESCRIPTION = "checks on traced values (assert, if-raise, torch_compilable_check) move into wrapped _check_* functions"
+SPEC = RULES[TZ102]
+CODE = SPEC.code
 
 
 def _raises_only(block: cst.BaseSuite) -> bool:
@@ -34,12 +37,12 @@ def _check_args(stmt: cst.SimpleStatementLine) -> list[cst.CSTNode]:
 
 def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     if isinstance(stmt, cst.SimpleStatementLine):
-        kinds = {i.kind for i in ctx.issues(stmt)}
-        if not ({"assert", "check"} & kinds or (ctx.forced == CODE)):
+        checks = claimed(ctx.issues(stmt), SPEC)
+        if not (checks or (ctx.forced == CODE)):
             return None
         desc = describe(*_check_args(stmt), limit=2)
-        what = "assert" if "assert" in kinds else "check"
-        return ctx.hoist([stmt], code=CODE, desc=desc, span=stmt, prefix="_check",
+        what = "assert" if any(i.kind == ASSERT for i in checks) else "check"
+        return ctx.hoist([stmt], code=CODE, desc=desc, span=stmt, prefix=CHECK_PREFIX,
                          reason=f"{what} on a traced value runs when the graph runs; message formatted then")
     if isinstance(stmt, cst.If):
         # The first traced test decides; if it is not a raise-only last branch, the chain is
@@ -53,6 +56,6 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
         # Only the raising branch moves; a data-dependent sibling branch is TZ101's business.
         if index < len(chain) - 1 or chain[index].orelse is not None:
             return None
-        return hoist_from(stmt, index, ctx, code=CODE, prefix="_check", desc=describe(chain[index].test, limit=2),
+        return hoist_from(stmt, index, ctx, code=CODE, prefix=CHECK_PREFIX, desc=describe(chain[index].test, limit=2),
                           reason="`if ...: raise` on a traced value runs when the graph runs")
     return None

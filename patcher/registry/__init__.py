@@ -1,0 +1,16 @@
+"""What the rewriter and the tracer agree on, and nothing else: the bottom layer.
+
+- :mod:`.rules`: one :class:`~.rules.RuleSpec` per rule code (title, why, fix, GUIDE anchor, the
+  static issue kinds it owns, the tracer messages that diagnose it, its precedence);
+- :mod:`.wrapped`: the name prefixes of the functions the rewriter creates, which the tracer
+  and the renderer recognise;
+- :mod:`.ignore`: the functions and methods kept opaque by default.
+
+Pure Python, importing nothing from ``patcher`` (nor torch, transformers, libcst): ``rewrite``,
+``trace`` and the command line all read it, and ``patcher patch --help`` stays cheap.
+"""
+
+from .ignore import DEFAULT_IGNORE
+from .rules import NO_RULE, RULES, RuleSpec, Symptom, rule_for_location
+
+__all__ = ["DEFAULT_IGNORE", "NO_RULE", "RULES", "RuleSpec", "Symptom", "rule_for_location"]
