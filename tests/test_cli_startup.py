@@ -1,4 +1,5 @@
-"""`patcher --help` starts fast: it imports neither torch nor transformers (nor libcst).
+"""`patcher --help` starts fast: it imports neither torch nor transformers (nor libcst); no command's
+`--help` imports torch or transformers (`patch --help` lists the rules, which need libcst).
 
 Timings are measured by scripts/bench_cli_startup.py, never asserted here.
 """
@@ -31,6 +32,18 @@ def test_help_and_version_import_no_heavy_module(argv):
                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert "HEAVY [] STATUS" in run.stdout, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("command", ["patch", "graph", "plan"])
+def test_command_help_imports_neither_torch_nor_transformers(command):
+    # `patch --help` once imported the tracer for its default ignore list, `graph`/`plan --help`
+    # the renderer's and planner's torch code for two constants: seconds for a help text.
+    run = subprocess.run([sys.executable, "-c", PROBE, command, "--help"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    heavy = run.stdout.split("HEAVY ", 1)[-1].split(" STATUS")[0]
+    assert "torch" not in heavy and "transformers" not in heavy, run.stdout + run.stderr
+    assert "STATUS 0" in run.stdout and "Traceback" not in run.stderr
+    assert "usage: patcher " + command in run.stdout
 
 
 def test_version_names_the_package_version(capsys):

@@ -36,7 +36,7 @@ Exit status: 0 written, 1 failed to trace, 2 bad arguments or Graphviz missing.
 
 
 def add_graph_parser(subparsers) -> argparse.ArgumentParser:
-    from . import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
+    from .limits import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
 
     parser = subparsers.add_parser(
         "graph",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...trace.tracer import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
+from ...ignore_defaults import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
 from ._header import ScopedTransformer, transform_header
 
 CODE = "TZ106"

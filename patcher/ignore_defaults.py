@@ -1,0 +1,36 @@
+"""The default ignore list, in a module of its own: ``patcher patch --help`` lists it without
+importing the tracer (torch and transformers take seconds to import)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+#: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
+#: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
+#: patterns, or names of functions/methods.
+DEFAULT_IGNORE: tuple[str, ...] = (
+    "create_causal_mask",
+    "create_sliding_window_causal_mask",
+    "create_chunked_causal_mask",
+    "create_bidirectional_mask",
+    "create_bidirectional_sliding_window_mask",
+    "create_recurrent_attention_mask",
+    "create_masks_for_generate",
+    "create_masks_for_vision_model",
+    "_prepare_4d_causal_attention_mask",
+    "_prepare_4d_causal_attention_mask_with_cache_position",
+    "_prepare_4d_attention_mask",
+    "_update_causal_mask",
+    "get_rope_index",
+    "torch_compilable_check",
+)
+
+
+def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
+    """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,
+    and a single string is one entry (never split into characters)."""
+    if ignore is None:
+        return list(DEFAULT_IGNORE)
+    if isinstance(ignore, str):
+        return [ignore]
+    return list(ignore)
