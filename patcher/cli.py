@@ -112,7 +112,12 @@ examples:
   patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
   patcher repair MyModelForCausalLM ./checkpoint --targets MyDecoderLayer
 
-Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments or input, 130 interrupted.
+With -o, the written file is then imported on its own and traced: the verdict is what that file
+does (in memory, AutoModel.from_config sub-models are patched too; in the written file they are
+transformers' originals).
+
+Exit status: 0 the model (with -o: the written file) traces, 1 blockers remain, 2 bad arguments or
+input, 130 interrupted.
 """
 
 
@@ -141,19 +146,28 @@ def _run_repair(args) -> int:
         return 2
     cls, targets = setup.model_class, setup.targets
     result = repair(cls, setup.config, setup.sample, targets, setup.ignore)
-    print(result.report())
-    if args.output and result.model_class is not None:
-        from .rewrite import patch_file
-        from .rewrite.errors import PatchError
+    writes = bool(args.output and result.model_class is not None)
+    # With -o the verdict is about the written file, checked by tracing it (below).
+    print(result.report(verdict=not writes))
+    if not writes:
+        return 0 if result.traced else 1
+    from .rewrite import patch_file
+    from .rewrite.errors import PatchError
 
-        try:
-            written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
-                                 locations=result.locations, force=args.force)
-        except PatchError as exc:
-            print(f"patcher repair: error: {exc}", file=sys.stderr)
-            return 2
-        print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
-    return 0 if result.traced else 1
+    try:
+        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+                             locations=result.locations, force=args.force)
+    except PatchError as exc:
+        print(f"patcher repair: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
+    if not result.traced:
+        return 1
+    from .written_check import trace_written_file
+
+    check = trace_written_file(written.output_path, cls.__name__, setup.config, setup.sample, targets, setup.ignore)
+    print(check.report())
+    return 0 if check.traced else 1
 
 
 #: command -> its one-line help (shown by ``patcher --help`` without building the command's parser,
