@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .models import model_id_help
+from .models import check_model_id, model_id_help
 
 TRACE_EPILOG = """\
 {model_ids}
@@ -48,6 +48,7 @@ def add_model_arguments(parser) -> None:
 
 def prepare_from_arguments(args):
     """The :class:`patcher.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import prepare_trace
 
     return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
@@ -72,9 +73,10 @@ def _add_trace_parser(subparsers) -> None:
 
 
 def _run_trace(args) -> int:
+    _check_targets_per_subgraph(args)
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import attempt_trace
 
-    _check_targets_per_subgraph(args)
     try:
         subgraphs = attempt_trace(
             args.model_class,
@@ -137,13 +139,13 @@ def _add_repair_parser(subparsers) -> None:
 
 
 def _run_repair(args) -> int:
-    from .traceable import repair
-
     try:
         setup = prepare_from_arguments(args)
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher repair: error: {exc}", file=sys.stderr)
         return 2
+    from .traceable import repair
+
     cls, targets = setup.model_class, setup.targets
     result = repair(cls, setup.config, setup.sample, targets, setup.ignore)
     writes = bool(args.output and result.model_class is not None)

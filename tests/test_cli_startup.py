@@ -53,3 +53,15 @@ def test_version_names_the_package_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"patcher {__version__}"
+
+
+@pytest.mark.parametrize("command", ["trace", "graph", "repair", "plan"])
+@pytest.mark.parametrize("model_id", ["./no-such-checkpoint", "Meta-Llama-3-8"])
+def test_a_misspelt_model_id_is_reported_before_torch_and_the_model_class_are_imported(command, model_id):
+    # It once took 8 s: the model class (torch, transformers, its modeling module) was imported
+    # before the MODEL_ID was looked up.
+    argv = [command, "LlamaForCausalLM", model_id] + (["-o", "never-written.svg"] if command == "graph" else [])
+    run = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert "HEAVY [] STATUS 2" in run.stdout.replace("'libcst', ", ""), run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and model_id in run.stderr

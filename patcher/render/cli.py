@@ -63,6 +63,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_graph(args) -> int:
+    from ..models import check_model_id
+
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..cli import prepare_from_arguments
     from ..partition import partition_graph
     from ..trace import TargetMatchError, TracingError, trace_graph
