@@ -25,6 +25,9 @@ def add_model_arguments(parser) -> None:
 
 def prepare_from_arguments(args):
     """The :class:`patcher.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
+    from .models import check_model_id
+
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import prepare_trace
 
     return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,

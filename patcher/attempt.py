@@ -140,7 +140,9 @@ def _is_model_class(value) -> bool:
 def _in_cli_order(model_class, model_id):
     """``(model_class, model_id)``, swapping the arguments of a call in the old order
     (``attempt_trace(model_id, model_class)``) with a deprecation warning."""
-    if not _is_model_class(model_class) and _is_model_class(model_id):
+    # model_id is asked first: for a usual MODEL_ID (a path, a config name) it is no class, and the
+    # model class is then not imported (seconds) before the config is looked up (a typo is reported at once)
+    if _is_model_class(model_id) and not _is_model_class(model_class):
         warnings.warn("attempt_trace(model_id, model_class) is deprecated: pass the class first, as in "
                       "`patcher trace MODEL_CLASS MODEL_ID`", DeprecationWarning, stacklevel=3)
         return model_id, model_class

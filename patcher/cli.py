@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .arguments import add_model_arguments, prepare_from_arguments
-from .models import model_id_help
+from .models import check_model_id, model_id_help
 
 TRACE_EPILOG = """\
 {model_ids}
@@ -47,9 +47,10 @@ def _add_trace_parser(subparsers) -> None:
 
 
 def _run_trace(args) -> int:
+    _check_targets_per_subgraph(args)
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import attempt_trace
 
-    _check_targets_per_subgraph(args)
     try:
         subgraphs = attempt_trace(
             args.model_class,
@@ -87,7 +88,12 @@ examples:
   patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
   patcher repair MyModelForCausalLM ./checkpoint --targets MyDecoderLayer
 
-Exit status: 0 the model traces, 1 blockers remain, 2 bad arguments or input, 130 interrupted.
+With -o, the written file is then imported on its own and traced: the verdict is what that file
+does (in memory, AutoModel.from_config sub-models are patched too; in the written file they are
+transformers' originals).
+
+Exit status: 0 the model (with -o: the written file) traces, 1 blockers remain, 2 bad arguments or
+input, 130 interrupted.
 """
 
 
@@ -107,28 +113,37 @@ def _add_repair_parser(subparsers) -> None:
 
 
 def _run_repair(args) -> int:
-    from .traceable import repair
-
     try:
         setup = prepare_from_arguments(args)
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher repair: error: {exc}", file=sys.stderr)
         return 2
+    from .traceable import repair
+
     cls, targets = setup.model_class, setup.targets
     result = repair(cls, setup.config, setup.sample, targets, setup.ignore)
-    print(result.report())
-    if args.output and result.model_class is not None:
-        from .rewrite import patch_file
-        from .rewrite.errors import PatchError
+    writes = bool(args.output and result.model_class is not None)
+    # With -o the verdict is about the written file, checked by tracing it (below).
+    print(result.report(verdict=not writes))
+    if not writes:
+        return 0 if result.traced else 1
+    from .rewrite import patch_file
+    from .rewrite.errors import PatchError
 
-        try:
-            written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
-                                 locations=result.locations, force=args.force)
-        except PatchError as exc:
-            print(f"patcher repair: error: {exc}", file=sys.stderr)
-            return 2
-        print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
-    return 0 if result.traced else 1
+    try:
+        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+                             locations=result.locations, force=args.force)
+    except PatchError as exc:
+        print(f"patcher repair: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
+    if not result.traced:
+        return 1
+    from .written_check import trace_written_file
+
+    check = trace_written_file(written.output_path, cls.__name__, setup.config, setup.sample, targets, setup.ignore)
+    print(check.report())
+    return 0 if check.traced else 1
 
 
 #: command -> its one-line help (shown by ``patcher --help`` without building the command's parser,

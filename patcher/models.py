@@ -187,6 +187,25 @@ def load_config(model_id: str | os.PathLike) -> PretrainedConfig:
     bundled = CONFIG_DIR / f"{model_id}.json"
     if bundled.is_file():
         return _config_from_json(bundled)
+    check_model_id(model_id)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(model_id))
+    except Exception as exc:  # no network here, or an unknown id
+        raise UserInputError(
+            f"cannot load a config for {str(model_id)!r}: it is not a directory, not a config file, not a bundled "
+            f"config ({', '.join(bundled_config_names())}), and the hub lookup failed ({exc.__class__.__name__})"
+        ) from exc
+
+
+def check_model_id(model_id: str | os.PathLike) -> None:
+    """Raise :class:`UserInputError` for a MODEL_ID that names nothing: not a directory, not a
+    file, not a bundled config, and no hub id (``org/name``) either. Imports nothing heavy, so
+    the CLI reports a misspelt MODEL_ID before it imports torch and the model's module."""
+    path = Path(model_id).expanduser()
+    if path.exists() or (CONFIG_DIR / f"{model_id}.json").is_file():
+        return
     if _looks_local(str(model_id)):
         raise UserInputError(f"{model_id}: no such file or directory (a MODEL_ID that is a local path must exist; "
                              "hub ids are written org/name)")
@@ -200,15 +219,6 @@ def load_config(model_id: str | os.PathLike) -> PretrainedConfig:
             + f"To bundle one, save the model's config.json as {CONFIG_DIR / (str(model_id) + '.json')}; "
             "hub ids are written org/name"
         )
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(str(model_id))
-    except Exception as exc:  # no network here, or an unknown id
-        raise UserInputError(
-            f"cannot load a config for {str(model_id)!r}: it is not a directory, not a config file, not a bundled "
-            f"config ({', '.join(bundled_config_names())}), and the hub lookup failed ({exc.__class__.__name__})"
-        ) from exc
 
 
 def _config_from_json(path: Path) -> PretrainedConfig:
@@ -293,4 +303,4 @@ def build_model(model_class: type, config: PretrainedConfig, device: str | torch
     return model.eval()
 
 
-__all__ = ["UserInputError", "build_model", "check_config_for_class", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]
+__all__ = ["UserInputError", "build_model", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

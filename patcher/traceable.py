@@ -252,14 +252,16 @@ class RepairResult:
     def traced(self) -> bool:
         return self.model_class is not None and not self.blockers
 
-    def report(self) -> str:
+    def report(self, verdict: bool = True) -> str:
+        """The rounds and the blockers; ``verdict=False`` leaves out the closing "the model traces"
+        (``patcher repair -o`` says whether the *written file* traces instead)."""
         lines = [f"{len(self.steps)} trace-guided rewrite round(s)"]
         lines += [f"  - line {step.original_line} of the original ({step.construct.kind.name}): {step.action}"
                   for step in self.steps]
         if self.blockers:
             lines.append(f"{len(self.blockers)} blocker(s) remain:")
             lines += [f"  {blocker}" for blocker in self.blockers]
-        else:
+        elif verdict:
             lines.append("the model traces")
         return "\n".join(lines)
 

@@ -3,7 +3,8 @@
     python scripts/bench_cli_startup.py [--repeat N]
 
 Runs each command N times in a fresh interpreter and prints the best and median wall time.
-`patcher --help`, `--version` and `trace --help` must not import torch or transformers.
+No `--help` imports torch or transformers (`patch --help` imports libcst, ~0.2 s: its rules list
+comes from the rule modules).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = [["--help"], ["--version"], ["trace", "--help"], ["repair", "--help"], ["patch", "--help"],
-            ["graph", "--help"]]
+            ["graph", "--help"], ["plan", "--help"]]
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""`patcher --help` starts fast: it imports neither torch nor transformers (nor libcst).
+"""`patcher --help` starts fast: it imports neither torch nor transformers (nor libcst); no command's
+`--help` imports torch or transformers (`patch --help` lists the rules, which need libcst).
 
 Timings are measured by scripts/bench_cli_startup.py, never asserted here.
 """
@@ -33,6 +34,18 @@ def test_help_and_version_import_no_heavy_module(argv):
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("command", ["patch", "graph", "plan"])
+def test_command_help_imports_neither_torch_nor_transformers(command):
+    # `patch --help` once imported the tracer for its default ignore list, `graph`/`plan --help`
+    # the renderer's and planner's torch code for two constants: seconds for a help text.
+    run = subprocess.run([sys.executable, "-c", PROBE, command, "--help"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    heavy = run.stdout.split("HEAVY ", 1)[-1].split(" STATUS")[0]
+    assert "torch" not in heavy and "transformers" not in heavy, run.stdout + run.stderr
+    assert "STATUS 0" in run.stdout and "Traceback" not in run.stderr
+    assert "usage: patcher " + command in run.stdout
+
+
 def test_version_names_the_package_version(capsys):
     from patcher import __version__
     from patcher.cli import main
@@ -40,3 +53,15 @@ def test_version_names_the_package_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"patcher {__version__}"
+
+
+@pytest.mark.parametrize("command", ["trace", "graph", "repair", "plan"])
+@pytest.mark.parametrize("model_id", ["./no-such-checkpoint", "Meta-Llama-3-8"])
+def test_a_misspelt_model_id_is_reported_before_torch_and_the_model_class_are_imported(command, model_id):
+    # It once took 8 s: the model class (torch, transformers, its modeling module) was imported
+    # before the MODEL_ID was looked up.
+    argv = [command, "LlamaForCausalLM", model_id] + (["-o", "never-written.svg"] if command == "graph" else [])
+    run = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert "HEAVY [] STATUS 2" in run.stdout.replace("'libcst', ", ""), run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and model_id in run.stderr

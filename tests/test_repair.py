@@ -3,6 +3,7 @@
 import os
 import sys
 
+import pytest
 import torch
 
 from patcher import run_subgraphs, trace_subgraphs
@@ -87,3 +88,42 @@ def test_repair_reports_what_it_cannot_fix(tmp_path):
     assert "stubborn_modeling.py:8" in report  # the static blocker
     assert f"in the original source: {tmp_path / 'stubborn_modeling.py'}:8" in report
     assert "GUIDE.md#" in report
+
+
+def _written_file_traces(path, class_name, config, multimodal) -> bool:
+    """Trace the written file as `patcher trace FILE.py:Class` loads it (independently of repair)."""
+    from patcher.attempt import prepare_trace
+    from patcher.trace import TracingError, trace_graph
+
+    setup = prepare_trace(str(config), f"{path}:{class_name}", multimodal_data=multimodal)
+    try:
+        trace_graph(setup.model, setup.sample, setup.targets, setup.ignore)
+    except TracingError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("config_name,class_name", [
+    # its language model and vision tower are built with AutoModel.from_config: patched in memory
+    # (load_traceable redirects the Auto classes), transformers' originals in the written file
+    ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+    ("LlamaConfig", "LlamaForCausalLM"),
+])
+def test_repair_output_verdict_is_what_the_written_file_does(config_name, class_name, tmp_path, capsys):
+    import transformers
+
+    from patcher.cli import main
+    from patcher.coverage.shrink import shrink_config
+
+    multimodal = "VL" in class_name
+    shrink_config(getattr(transformers, config_name)).save_pretrained(tmp_path / "config")
+    argv = ["repair", class_name, str(tmp_path / "config"), "-o", str(tmp_path / "out")]
+    status = main(argv + (["--multimodal"] if multimodal else []))
+    out = capsys.readouterr().out
+    written = next((tmp_path / "out").glob("modeling_*.py"))
+    traces = _written_file_traces(written, class_name, tmp_path / "config", multimodal)
+    assert status == (0 if traces else 1), out
+    assert ("checked: the written file traces" in out) == traces, out
+    assert "the model traces" not in out, out  # the verdict is about the file, never the in-memory class
+    if not traces:
+        assert "the written file does NOT trace" in out and "AutoModel.from_config" in out, out

@@ -1,6 +1,23 @@
 """``patcher plan``: GPU and CPU memory per subgraph for sequential calibration, before the run."""
 
-from .memory import MemoryPlan, SubgraphPlan, plan_memory, tensor_bytes
-from .report import format_plan, plan_model
+from __future__ import annotations
+
+# The planner imports torch and the tracer (seconds): its names load on first use, so that
+# `patcher plan --help` (which imports patcher.plan.cli) stays fast.
+_EXPORTS = {"MemoryPlan": "memory", "SubgraphPlan": "memory", "plan_memory": "memory", "tensor_bytes": "memory",
+            "format_plan": "report", "plan_model": "report"}
 
 __all__ = ["MemoryPlan", "SubgraphPlan", "plan_memory", "plan_model", "format_plan", "tensor_bytes"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

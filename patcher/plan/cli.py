@@ -47,13 +47,16 @@ def add_plan_parser(subparsers) -> None:
 
 
 def run_plan(args) -> int:
-    from ..trace import TracingError
-    from .report import format_plan, plan_model
+    from ..models import check_model_id
 
     if min(args.batch, args.seq_len, args.samples, args.targets_per_subgraph) < 1:
         print("patcher plan: error: --batch, --seq-len, --samples and --targets-per-subgraph must be >= 1",
               file=sys.stderr)
         return 2
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
+    from ..trace import TracingError
+    from .report import format_plan, plan_model
+
     try:
         plan = plan_model(args.model_id, args.model_class, batch_size=args.batch, seq_len=args.seq_len,
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,

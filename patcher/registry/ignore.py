@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 #: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
 #: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
 #: patterns, or names of functions/methods.
@@ -21,3 +23,13 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "get_rope_index",
     "torch_compilable_check",
 )
+
+
+def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
+    """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,
+    and a single string is one entry (never split into characters)."""
+    if ignore is None:
+        return list(DEFAULT_IGNORE)
+    if isinstance(ignore, str):
+        return [ignore]
+    return list(ignore)

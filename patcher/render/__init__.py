@@ -13,13 +13,27 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from torch import nn
+from .limits import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
 
-from ..partition import Subgraph
-from ..trace.tracer import TracedGraph
-from .dot import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS, should_collapse, to_dot
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..partition import Subgraph
+    from ..trace.tracer import TracedGraph
+
+# to_dot and should_collapse import torch (seconds): loaded on first use, so that
+# `patcher graph --help` stays fast.
+_LAZY = {"to_dot", "should_collapse"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import dot
+
+        return getattr(dot, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Output formats ``dot`` is run for; ``.dot``/``.gv`` are written as text.
 GRAPHVIZ_FORMATS = ("svg", "png", "pdf")
@@ -55,6 +69,8 @@ def render_partition(subgraphs: Sequence[Subgraph], traced: TracedGraph | None =
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in GRAPHVIZ_FORMATS + TEXT_FORMATS:
         raise ValueError(f"cannot tell the format of {str(path)!r}: use a .svg, .png, .pdf or .dot file name")
+    from .dot import to_dot
+
     text = to_dot(subgraphs, traced, collapse=collapse, model=model, title=title)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

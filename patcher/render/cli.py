@@ -36,7 +36,7 @@ Exit status: 0 written, 1 failed to trace, 2 bad arguments or Graphviz missing.
 
 
 def add_graph_parser(subparsers) -> argparse.ArgumentParser:
-    from . import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
+    from .limits import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
 
     parser = subparsers.add_parser(
         "graph",
@@ -63,6 +63,9 @@ def add_graph_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_graph(args) -> int:
+    from ..models import check_model_id
+
+    check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..arguments import prepare_from_arguments
     from ..partition import partition_graph
     from ..trace import TargetMatchError, TracingError, trace_graph

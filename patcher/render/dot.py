@@ -14,9 +14,7 @@ from ..partition import Subgraph
 from ..trace.tracer import TracedGraph
 from .partition import ATTR, MODULE, OP, OPAQUE, TARGET, PartitionView, attr_label, build_view
 
-#: ``collapse="auto"`` draws one box per subgraph above these sizes.
-AUTO_COLLAPSE_SUBGRAPHS = 8
-AUTO_COLLAPSE_NODES = 300
+from .limits import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS
 
 # Colours: fill, border.
 COLORS = {

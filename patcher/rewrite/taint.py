@@ -275,22 +275,107 @@ def _hoisted_return(fn: cst.FunctionDef) -> list[str] | None:
     return None
 
 
-_DATA_METHODS = frozenset({"tolist", "item"})
+# Attributes that other objects commonly have too: transformers' models and configs
+# (`module.dtype`, `config.dtype`, `model.dequantize()`), BatchFeature's and dataclasses'
+# `.data`, anything's `.name`.
+_SHARED_WITH_OTHER_OBJECTS = frozenset({"dtype", "dequantize", "data", "name", "volatile"})
+_TENSOR_ONLY: dict[str, frozenset[str]] = {}
 
 
-def _read_as_tensor(fn: cst.FunctionDef) -> set[str]:
-    """Unannotated parameters the body calls `.tolist()`/`.item()` on: tensors whatever their name
-    says (`lengths.tolist()`); only tensors and arrays have these methods."""
+def tensor_only_attributes() -> tuple[frozenset[str], frozenset[str]]:
+    """(properties, methods) of ``torch.Tensor`` that no other common argument has: not Python's
+    numbers, strings and containers, nor modules, dtypes, devices, sizes or generators. So
+    ``x.shape``/``x.ndim`` (read) and ``x.sum()``/``x.any()``/``x.tolist()`` (called) are in;
+    ``x.to``, ``x.float``, ``x.index``, ``x.split``, ``x.dtype`` are out. Methods count only when
+    called: ``conv.stride`` or ``layer.indices`` read as attributes are a module's settings.
+    Empty without torch: then nothing is inferred."""
+    if not _TENSOR_ONLY:
+        try:
+            import torch
+        except Exception:  # pragma: no cover - the patcher itself does not need torch
+            return frozenset(), frozenset()
+        shared: set[str] = set(_SHARED_WITH_OTHER_OBJECTS)
+        for kind in (object, int, float, bool, complex, str, bytes, list, tuple, dict, set, frozenset,
+                     torch.nn.Module, torch.dtype, torch.device, torch.Size, torch.Generator):
+            shared.update(dir(kind))
+        names = [n for n in dir(torch.Tensor) if not n.startswith("_") and n not in shared]
+        _TENSOR_ONLY["methods"] = frozenset(n for n in names if callable(getattr(torch.Tensor, n)))
+        _TENSOR_ONLY["properties"] = frozenset(names) - _TENSOR_ONLY["methods"]
+    return _TENSOR_ONLY["properties"], _TENSOR_ONLY["methods"]
+
+
+# What a torch function calls its first parameter when that parameter is a tensor.
+_TENSOR_INPUT_NAMES = frozenset({"input", "self", "tensor", "condition"})
+_FIRST_PARAMETER: dict[str, str | None] = {}
+
+
+def takes_tensor_first(name: str) -> bool:
+    """Does the torch function ``name`` (``torch.sum``, ``torch.nn.functional.pad``) take a tensor
+    as its first argument? Read from its signature or, for builtins, its documented one
+    (``sum(input, *, dtype=None)``); factories such as ``torch.arange(start, ...)`` and
+    ``torch.zeros(*size)`` take numbers, ``torch.cat(tensors)`` a sequence: no."""
+    if name not in _FIRST_PARAMETER:
+        _FIRST_PARAMETER[name] = _first_parameter(name)
+    return _FIRST_PARAMETER[name] in _TENSOR_INPUT_NAMES
+
+
+def _first_parameter(name: str) -> str | None:
+    import inspect
+
+    try:
+        import torch
+    except Exception:  # pragma: no cover
+        return None
+    obj = torch
+    for part in name.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if not callable(obj) or isinstance(obj, type):
+        return None
+    try:
+        parameters = list(inspect.signature(obj).parameters)
+        return parameters[0] if parameters else None
+    except (TypeError, ValueError):
+        match = re.match(r"\s*[\w.]+\((\*?\w+)", getattr(obj, "__doc__", None) or "")
+        return match.group(1) if match else None
+
+
+def _torch_name(name: str | None) -> str | None:
+    """``nn.functional.pad`` (transformers' ``from torch import nn``) -> ``torch.nn.functional.pad``."""
+    if name is None:
+        return None
+    if name.startswith("nn."):
+        return "torch." + name
+    return name if name.startswith("torch.") else None
+
+
+def _used_as_tensor(fn: cst.FunctionDef) -> set[str]:
+    """Unannotated parameters that the body uses as tensors, whatever their names say (`lengths`,
+    `données`): an attribute only tensors have (`p.sum()`, `p.shape`, `p.tolist()`), or the tensor
+    argument of a torch function (`torch.sum(p)`). Names alone miss them, and then control flow on
+    their data would be neither rewritten nor reported."""
     unknown = {p.name.value for p in param_list(fn) if p.annotation is None and p.name.value not in ("self", "cls")
                and param_taint(p) == CLEAN and not p.name.value.startswith(_FLAG_PREFIXES)}
     found: set[str] = set()
     if not unknown:
         return found
-    for node in descendants(fn.body, stop=(cst.FunctionDef, cst.ClassDef)):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
-                and node.func.attr.value in _DATA_METHODS and not node.args \
-                and isinstance(node.func.value, cst.Name) and node.func.value.value in unknown:
-            found.add(node.func.value.value)
+    properties, methods = tensor_only_attributes()
+    for node in descendants(fn.body, stop=(cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value in unknown \
+                and node.attr.value in properties:
+            found.add(node.value.value)
+        if not isinstance(node, cst.Call):
+            continue
+        method = node.func
+        if isinstance(method, cst.Attribute) and isinstance(method.value, cst.Name) \
+                and method.value.value in unknown and method.attr.value in methods:
+            found.add(method.value.value)
+        elif node.args and node.args[0].keyword is None and not node.args[0].star \
+                and isinstance(node.args[0].value, cst.Name) and node.args[0].value.value in unknown:
+            torch_name = _torch_name(dotted(node.func))
+            if torch_name is not None and not _CLEAN_TORCH.match(torch_name) and takes_tensor_first(torch_name):
+                found.add(node.args[0].value.value)
     return found
 
 
@@ -318,7 +403,7 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
     for p in param_list(fn) if seed_params else ():
         taint.set(p.name.value, param_taint(p))
     if seed_params:
-        for name in _read_as_tensor(fn):
+        for name in _used_as_tensor(fn):
             taint.set(name, VALUE)
     pairs = _assignments(fn)
     # A container only if every binding of the name is a literal or constructor call:

@@ -22,7 +22,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
-from ..registry.ignore import DEFAULT_IGNORE
+from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import diagnose
 from .errors import (
     MissingTargetsError,
@@ -42,17 +42,6 @@ from .state import preserved_model_state
 
 ROOT_ATTRIBUTE = "_tracezoo_root"
 CONSTANT_PREFIX = "_tracezoo_constant_"
-
-
-
-def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
-    """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,
-    and a single string is one entry (never split into characters)."""
-    if ignore is None:
-        return list(DEFAULT_IGNORE)
-    if isinstance(ignore, str):
-        return [ignore]
-    return list(ignore)
 
 
 class TracingProxy(fx.Proxy):

@@ -77,8 +77,10 @@ def test_syntax_error_is_a_patch_error_with_line():
 
 
 def test_locations_force_a_rewrite_and_report_misses():
-    src = "import torch\n\n\ndef f(scores):\n    if scores.max() > 1:\n        scores = scores / 2\n    return scores\n"
-    assert patch_source(src).rewrites == []  # `scores` is not known to be a tensor
+    src = "import torch\n\n\ndef f(scores):\n    if scores > 1:\n        scores = scores / 2\n    return scores\n"
+    # `scores` is not known to be a tensor: its name does not say so, and a comparison and a
+    # division are what numbers do too (`scores.max()` would say so)
+    assert patch_source(src).rewrites == []
     r = patch_source(src, locations=[(5, "control_flow"), (1, "iteration")])
     assert [(w.code, w.lines) for w in r.rewrites] == [("TZ101", (5, 6))]
     assert [(b.line, b.kind) for b in r.blockers] == [(1, "iteration")]
