@@ -16,11 +16,15 @@ examples:
   patcher trace patched/modeling_llama.py:LlamaForCausalLM Meta-Llama-3-8B   # or patched:LlamaForCausalLM
   patcher trace Qwen2VLForConditionalGeneration ./qwen2-vl/config.json --multimodal \\
       --ignore 're:model\\.visual' get_rope_index
+  patcher trace TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal --vision-blocks
+      # one subgraph per vision block (Qwen2VLVisionBlock, found like the decoder layers), then per text layer
 
 Targets and ignore entries are module class names or 're:' + a regex matching whole
 qualified module names. Ignore entries may also name functions or methods to keep as single
 opaque calls. Default targets: the zoo recipe's for this model type, else the model's
-decoder-layer classes (from _no_split_modules).
+decoder-layer classes (from _no_split_modules). --vision-blocks (--audio-blocks) puts the
+blocks of the vision (audio) tower before them: one subgraph per tower block, for towers too big
+to hold whole or to calibrate the tower itself (patcher.find_tower_blocks finds the class).
 --ignore adds to the default list (transformers' mask builders, get_rope_index; see
 patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type when its default
 targets are used: with --targets inside e.g. a vision tower, the recipe's ignore of that tower
@@ -37,6 +41,10 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
     parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
     parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
+    parser.add_argument("--vision-blocks", dest="towers", action="append_const", const="vision", default=[],
+                        help="also cut at every block of the vision tower, before the targets (with --multimodal)")
+    parser.add_argument("--audio-blocks", dest="towers", action="append_const", const="audio",
+                        help="also cut at every block of the audio tower, before the targets")
     parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
                         help="modules/functions to keep opaque, added to the default list")
     parser.add_argument("--no-default-ignore", action="store_true",
@@ -52,7 +60,7 @@ def prepare_from_arguments(args):
 
     return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
                          sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
-                         extra_ignore=args.ignore)
+                         extra_ignore=args.ignore, towers=args.towers)
 
 
 def _add_trace_parser(subparsers) -> None:
@@ -85,6 +93,7 @@ def _run_trace(args) -> int:
             extra_ignore=args.ignore,
             targets_per_subgraph=args.targets_per_subgraph,
             unused_inputs=args.unused_inputs,
+            towers=args.towers,
         )
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher trace: error: {exc}", file=sys.stderr)

@@ -33,7 +33,13 @@ from .errors import (
     UntraceableCodeError,
 )
 from .liveness import check_inputs_reach_output, record_source
-from .hooks import check_leaf_output_capture, check_no_global_hooks, check_run_time, check_traced_through
+from .hooks import (
+    check_leaf_output_capture,
+    check_no_global_hooks,
+    check_run_time,
+    check_traced_through,
+    replay_hidden_state_capture,
+)
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
@@ -41,6 +47,22 @@ from .state import preserved_model_state
 
 ROOT_ATTRIBUTE = "_tracezoo_root"
 CONSTANT_PREFIX = "_tracezoo_constant_"
+
+#: transformers.vision_utils' index and position builders of vision towers, computed from
+#: ``grid_thw`` with ``.tolist()``, ``len()`` and loops (transformers precomputes them for export),
+#: and ``get_max_seqlen`` (``.item()`` of the longest packed sequence, for flash attention). Reached
+#: only when a tower is traced through (its blocks are sequential targets); kept opaque when tracing,
+#: not rewritten in source (generated files stay as they were for text-layer targets).
+TOWER_HELPERS: tuple[str, ...] = (
+    "get_vision_position_ids",
+    "get_vision_window_index",
+    "get_vision_attention_seqlens",
+    "get_vision_interpolation_indices_and_weights",
+    "get_vision_bilinear_indices_and_weights",
+    "get_vision_nearest_position_ids",
+    "get_vision_merged_shape",
+    "get_max_seqlen",
+)
 
 #: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
 #: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
@@ -60,6 +82,7 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "_update_causal_mask",
     "get_rope_index",
     "torch_compilable_check",
+    *TOWER_HELPERS,
 )
 
 
@@ -115,7 +138,10 @@ class SequentialTracer(fx.Tracer):
             check_leaf_output_capture(name, module)  # capture hooks on/in a leaf never fire
         self.module_path_stack.append(name)
         try:
-            return super().call_module(module, forward, args, kwargs)
+            output = super().call_module(module, forward, args, kwargs)
+            if module not in self.traced_modules:
+                replay_hidden_state_capture(module, args, output, self._record_call)
+            return output
         except Exception:
             # The stack unwinds before the error is explained: remember the innermost module.
             if self.failed_module_path is None:
@@ -123,6 +149,9 @@ class SequentialTracer(fx.Tracer):
             raise
         finally:
             self.module_path_stack.pop()
+
+    def _record_call(self, function, *args):
+        return self.create_proxy("call_function", function, args, {})
 
     # -- values ------------------------------------------------------------------------
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict):
@@ -178,6 +207,11 @@ class SequentialTracer(fx.Tracer):
             # By reference, never rebuilt from fields: rebuilding loses _attn_implementation.
             path = self._config_paths.get(id(a))
             return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        if isinstance(a, ModelOutput):
+            # fx would hand on a plain dict: code reading `.pooler_output` of a traced-through
+            # tower's output (or setting it, in a wrapped function) needs the ModelOutput class.
+            return self.create_node("call_function", type(a), (),
+                                    {key: self.create_arg(value) for key, value in a.items()})
         try:
             return super().create_arg(a)
         except NotImplementedError:
