@@ -56,7 +56,6 @@ CONSTANT_PREFIX = "_tracezoo_constant_"
 TOWER_HELPERS: tuple[str, ...] = (
     "get_vision_position_ids",
     "get_vision_window_index",
-    "get_vision_attention_seqlens",
     "get_vision_interpolation_indices_and_weights",
     "get_vision_bilinear_indices_and_weights",
     "get_vision_nearest_position_ids",
