@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Subgraph": "partition", "partition_graph": "partition", "run_subgraphs": "partition",
     "trace_subgraphs": "partition",
+    "find_tower_blocks": "towers", "find_towers": "towers",
     **{name: "trace" for name in (
         "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "MissingInputError",
         "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
@@ -65,6 +66,8 @@ __all__ = [
     "TrainingModeError",
     "UntraceableCodeError",
     "attempt_trace",
+    "find_tower_blocks",
+    "find_towers",
     "load_traceable",
     "partition_graph",
     "patch_file",

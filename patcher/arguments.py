@@ -14,6 +14,10 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
     parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
     parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
+    parser.add_argument("--vision-blocks", dest="towers", action="append_const", const="vision", default=[],
+                        help="also cut at every block of the vision tower, before the targets (with --multimodal)")
+    parser.add_argument("--audio-blocks", dest="towers", action="append_const", const="audio",
+                        help="also cut at every block of the audio tower, before the targets")
     parser.add_argument("--ignore", nargs="+", metavar="I", default=[],
                         help="modules/functions to keep opaque, added to the default list")
     parser.add_argument("--no-default-ignore", action="store_true",
@@ -32,4 +36,4 @@ def prepare_from_arguments(args):
 
     return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
                          sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
-                         extra_ignore=args.ignore)
+                         extra_ignore=args.ignore, towers=args.towers)

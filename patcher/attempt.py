@@ -45,6 +45,21 @@ def default_targets(model: nn.Module) -> list[str]:
     return chosen
 
 
+def default_tower_targets(model: nn.Module, modality: str = "vision") -> list[str]:
+    """The zoo recipe's ``VISION_TARGETS`` for its model type, else the blocks of the model's
+    ``modality`` tower found by :func:`patcher.towers.find_tower_blocks`. Raises ``ValueError``
+    when the model has no such tower (a target list without it would silently trace less)."""
+    from .towers import find_tower_blocks
+
+    spec = zoo_recipe(model)
+    curated = getattr(spec, f"{modality.upper()}_TARGETS", None) if spec is not None else None
+    found = list(curated) if curated else find_tower_blocks(model, modality)
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no {modality} tower with a list of blocks to cut at; "
+                         f"drop --{modality}-blocks, or name the tower's modules with --targets")
+    return found
+
+
 def format_partition(subgraphs: list[Subgraph]) -> str:
     """A table: index, targets inside, number of inputs and outputs."""
     rows = [("subgraph", "targets", "inputs", "outputs")]
@@ -99,6 +114,7 @@ def prepare_trace(
     sequential_targets: Iterable[str] | str | None = None,
     ignore: Iterable[str] | str | None = None,
     extra_ignore: Iterable[str] | str = (),
+    towers: Iterable[str] = (),
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
 
@@ -106,6 +122,10 @@ def prepare_trace(
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
     way. A single string (targets, ignore, extra_ignore) is one entry.
+
+    ``towers`` (``"vision"``, ``"audio"``) puts the blocks of those towers before the targets
+    (:func:`default_tower_targets`); the recipe's ignore additions are then its ``VISION_IGNORE``
+    (its ``DEFAULT_IGNORE`` keeps the tower opaque).
     """
     config = load_config(model_id)  # first: a misspelt MODEL_ID is reported before a model module is imported
     cls = resolve_model_class(model_class)
@@ -114,10 +134,18 @@ def prepare_trace(
     if isinstance(sequential_targets, str):
         sequential_targets = [sequential_targets]
     targets = list(sequential_targets or default_targets(model))
+    towers = list(dict.fromkeys(towers))
+    tower_targets = [target for modality in towers for target in default_tower_targets(model, modality)]
+    targets = list(dict.fromkeys(tower_targets + targets))
     if ignore is None:
         spec = zoo_recipe(model)
-        with_recipe = spec is not None and not sequential_targets
-        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if with_recipe else [])
+        if spec is not None and towers:
+            additions = [entry for modality in towers for entry in getattr(spec, f"{modality.upper()}_IGNORE", ())]
+        elif spec is not None and not sequential_targets:
+            additions = list(spec.DEFAULT_IGNORE)
+        else:
+            additions = []
+        ignore = list(DEFAULT_IGNORE) + [entry for entry in additions if entry not in DEFAULT_IGNORE]
     if isinstance(ignore, str):
         ignore = [ignore]
     if isinstance(extra_ignore, str):
@@ -159,13 +187,14 @@ def attempt_trace(
     out: TextIO | None = None,
     extra_ignore: Iterable[str] | str = (),
     unused_inputs: Iterable[str] = (),
+    towers: Iterable[str] = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
     The arguments come in the order of ``patcher trace MODEL_CLASS MODEL_ID``. The old order
     (``model_id`` first) still works, with a ``DeprecationWarning``. ``model_id`` is a ``from_pretrained`` directory, a config JSON file, a bundled config name
     (``Meta-Llama-3-8B``) or a hub id (where the network allows). Targets and ignores are
-    resolved by :func:`prepare_trace`. Prints
+    resolved by :func:`prepare_trace` (``towers=["vision"]``: the vision tower's blocks too). Prints
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
@@ -176,7 +205,7 @@ def attempt_trace(
     """
     model_class, model_id = _in_cli_order(model_class, model_id)
     out = out or sys.stdout
-    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
+    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     start = time.perf_counter()

@@ -17,11 +17,15 @@ examples:
   patcher trace patched/modeling_llama.py:LlamaForCausalLM Meta-Llama-3-8B   # or patched:LlamaForCausalLM
   patcher trace Qwen2VLForConditionalGeneration ./qwen2-vl/config.json --multimodal \\
       --ignore 're:model\\.visual' get_rope_index
+  patcher trace TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal --vision-blocks
+      # one subgraph per vision block (Qwen2VLVisionBlock, found like the decoder layers), then per text layer
 
 Targets and ignore entries are module class names or 're:' + a regex matching whole
 qualified module names. Ignore entries may also name functions or methods to keep as single
 opaque calls. Default targets: the zoo recipe's for this model type, else the model's
-decoder-layer classes (from _no_split_modules).
+decoder-layer classes (from _no_split_modules). --vision-blocks (--audio-blocks) puts the
+blocks of the vision (audio) tower before them: one subgraph per tower block, for towers too big
+to hold whole or to calibrate the tower itself (patcher.find_tower_blocks finds the class).
 --ignore adds to the default list (transformers' mask builders, get_rope_index; see
 patcher.DEFAULT_IGNORE, plus the zoo recipe's additions for this model type when its default
 targets are used: with --targets inside e.g. a vision tower, the recipe's ignore of that tower
@@ -61,6 +65,7 @@ def _run_trace(args) -> int:
             extra_ignore=args.ignore,
             targets_per_subgraph=args.targets_per_subgraph,
             unused_inputs=args.unused_inputs,
+            towers=args.towers,
         )
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher trace: error: {exc}", file=sys.stderr)

@@ -62,6 +62,9 @@ class CoverageRow:
     image_path: bool | None = None
     text: Attempt | None = None
     multimodal: Attempt | None = None
+    #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
+    vision_blocks: Attempt | None = None
+    vision_targets: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -78,7 +81,7 @@ class CoverageRow:
     @classmethod
     def from_dict(cls, data: dict) -> "CoverageRow":
         data = dict(data)
-        for key in ("text", "multimodal"):
+        for key in ("text", "multimodal", "vision_blocks"):
             if data.get(key) is not None:
                 data[key] = Attempt(**data[key])
         return cls(**data)
@@ -329,6 +332,9 @@ def check_architecture(
     for attempt in attempts:
         if attempt.mode in samples:
             _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file, atol)
+    if "multimodal" in samples:
+        _vision_blocks_attempt(row, cls, config, original, classes, samples["multimodal"][:2], cache_dir, seed,
+                               original_file, atol)
     row.seconds = time.perf_counter() - start
     return row
 
@@ -347,6 +353,35 @@ def has_image_path(cls, config) -> bool:
     """Whether the class takes images at all: a pixel input in its forward, or a vision part in its
     config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
+
+
+def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, samples_expected, cache_dir, seed,
+                           original_file, atol) -> None:
+    """The image samples again, with the vision tower's blocks before the text layers as targets:
+    the class is patched with those blocks as targets too (never hidden in wrapped code)."""
+    from ..towers import find_tower_blocks
+    from ..traceable import load_traceable
+
+    attempt = row.vision_blocks = Attempt("vision_blocks", ran=True)
+    samples, expected = samples_expected
+    stage = "targets"
+    try:
+        row.vision_targets = find_tower_blocks(original)
+        if not row.vision_targets:
+            raise ValueError("no vision tower with a list of blocks found (patcher.find_tower_blocks)")
+        targets = row.vision_targets + [target for target in row.targets if target not in row.vision_targets]
+        extra = {"use_cache": False} if _accepts(original, "use_cache") else {}
+        calls = _count_calls(original, targets, {**samples[0], **extra})
+        stage = "patch"
+        patch_targets = list(dict.fromkeys([*classes, *(t for t in row.vision_targets if not t.startswith("re:"))]))
+        traceable_cls = load_traceable(cls, targets=patch_targets, cache_dir=cache_dir)
+        stage = "weights"
+        traceable = _build(traceable_cls, config, seed)
+        traceable.load_state_dict(original.state_dict(), strict=True)
+    except Exception as exc:  # noqa: BLE001
+        _record_failure(attempt, stage, exc, _Generated(), original_file)
+        return
+    _attempt(attempt, traceable, targets, samples, expected, calls, _Generated(traceable_cls), original_file, atol)
 
 
 def _accepts(model, name: str) -> bool:

@@ -31,7 +31,27 @@ def summary(rows: list[CoverageRow]) -> str:
             f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
             f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
-            f"equal {len(mm_equal)}")
+            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built))
+
+
+def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
+    """``; vision blocks: X of Y exact``: of the VLMs whose image sample works (Y), those whose
+    chain of vision blocks + text layers equals eager (X); empty for a sweep without the attempt."""
+    tried = [row for row in mm_built if getattr(row, "vision_blocks", None) is not None]
+    exact = [row for row in tried if row.vision_blocks.equal]
+    return f"; vision blocks: {len(exact)} of {len(tried)} exact" if tried else ""
+
+
+def _vision_cell(row: CoverageRow) -> str:
+    attempt = getattr(row, "vision_blocks", None)
+    if attempt is None:
+        return "-"
+    if attempt.equal:
+        return f"equal ({attempt.subgraphs})"
+    if attempt.traced:
+        return f"traced {attempt.subgraphs}/{attempt.expected} {_diff(attempt.max_diff)}/{_diff(attempt.reuse_diff)}"
+    where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
+    return f"{attempt.stage}: {(attempt.blocker_kind or '')[:40]}{where}"
 
 
 def mapping_classes() -> set[str]:
@@ -143,7 +163,7 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
-              "multimodal", "blocker", "where", "rewrites"]
+              "multimodal", "vision blocks", "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
@@ -159,6 +179,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
             row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
             _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built else "", mm_cell,
+            _vision_cell(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
         ]

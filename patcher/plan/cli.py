@@ -61,7 +61,8 @@ def run_plan(args) -> int:
         plan = plan_model(args.model_id, args.model_class, batch_size=args.batch, seq_len=args.seq_len,
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,
                           sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
-                          extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph)
+                          extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph,
+                          towers=args.towers)
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {args.model_class}:", file=sys.stderr)

@@ -265,8 +265,8 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
                 outputs = result if isinstance(result, dict) else {"output": result}
                 break
             else:
-                args = fx.map_arg(node.args, env.__getitem__)
-                kwargs = fx.map_arg(node.kwargs, env.__getitem__)
+                args = _plain(fx.map_arg(node.args, env.__getitem__))
+                kwargs = _plain(fx.map_arg(node.kwargs, env.__getitem__))
                 value = _call(model, root, node, args, kwargs, cache)
             env[node] = value
             size = tensor_bytes(value) if node.op != "get_attr" else 0
@@ -280,6 +280,21 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
                     if used.op != "placeholder":
                         del env_value
     return outputs, peak, mode.read
+
+
+def _plain(value: Any) -> Any:
+    """fx's immutable lists and dicts as plain ones: the graph's code builds a fresh literal for
+    every call, and callees may mutate it (transformers' vision helpers pop precomputed values
+    from their ``kwargs`` dict)."""
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    if type(value) in (dict, immutable_dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if type(value) in (list, immutable_list):
+        return [_plain(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_plain(item) for item in value)
+    return value
 
 
 _SIMPLE = (int, float, str, bool, type(None))

@@ -64,6 +64,7 @@ def plan_model(
     ignore: Iterable[str] | str | None = None,
     extra_ignore: Iterable[str] | str = (),
     targets_per_subgraph: int = 1,
+    towers: Iterable[str] = (),
 ) -> MemoryPlan:
     """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
     ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
@@ -76,7 +77,7 @@ def plan_model(
     from ..partition import trace_subgraphs
     from ..samples import sample_input
 
-    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore)
+    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
     # on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
     sample = sample_input(setup.config, multimodal=multimodal_data, batch_size=batch_size, seq_len=seq_len)
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}

@@ -4,6 +4,21 @@ from __future__ import annotations
 
 from typing import Iterable
 
+#: transformers.vision_utils' index and position builders of vision towers, computed from
+#: ``grid_thw`` with ``.tolist()``, ``len()`` and loops (transformers precomputes them for export),
+#: and ``get_max_seqlen`` (``.item()`` of the longest packed sequence, for flash attention). Reached
+#: only when a tower is traced through (its blocks are sequential targets); kept opaque when tracing,
+#: not rewritten in source (generated files stay as they were for text-layer targets).
+TOWER_HELPERS: tuple[str, ...] = (
+    "get_vision_position_ids",
+    "get_vision_window_index",
+    "get_vision_interpolation_indices_and_weights",
+    "get_vision_bilinear_indices_and_weights",
+    "get_vision_nearest_position_ids",
+    "get_vision_merged_shape",
+    "get_max_seqlen",
+)
+
 #: Modules and functions kept opaque by default: transformers' mask builders and helpers whose
 #: bodies branch on tensor values. Entries are module class names, ``re:`` module-name
 #: patterns, or names of functions/methods.
@@ -22,6 +37,7 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "_update_causal_mask",
     "get_rope_index",
     "torch_compilable_check",
+    *TOWER_HELPERS,
 )
 
 

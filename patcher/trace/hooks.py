@@ -11,13 +11,16 @@ do the same on every traced-through module, and are refused too.
 
 transformers' own output-capturing hooks (``output_hidden_states``/``output_attentions``, installed
 by ``capture_outputs``) are not the user's: they do nothing unless a forward asked for outputs.
-When one is asked for and the hook sits on, or inside, a module the graph calls as a whole, it
-cannot run while tracing and the graph would return an empty tuple: ``OutputCaptureError``.
+When one is asked for and the hook sits inside a module the graph calls as a whole, it cannot
+run while tracing and the graph would return an empty tuple: ``OutputCaptureError``. A
+``hidden_states`` hook on the called module itself (a vision tower's layer as a sequential target,
+whose forward returns ``hidden_states[-2]`` to the projector) is replayed on the call's graph value
+instead (:func:`replay_hidden_state_capture`), so the collected tuple holds the layers' outputs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from torch import nn
 
@@ -114,15 +117,49 @@ def check_run_time(model: nn.Module, traced_through: Iterable[str], known_global
             "or register per-module hooks on sequential targets.", "", hooks)
 
 
-def _capture_key(hook: Any) -> str | None:
+def _closure_value(hook: Any, name: str) -> Any:
     code, closure = getattr(hook, "__code__", None), getattr(hook, "__closure__", None)
     if code is None or not closure:
         return None
     cells = dict(zip(code.co_freevars, closure))
     try:
-        return cells["key"].cell_contents if "key" in cells else None
+        return cells[name].cell_contents if name in cells else None
     except ValueError:
         return None
+
+
+def _capture_key(hook: Any) -> str | None:
+    return _closure_value(hook, "key")
+
+
+def _active_capture() -> dict | None:
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # older transformers: outputs are collected by traced code
+        return None
+    return _active_collector.get()
+
+
+def captured_output(output: Any, index: int) -> Any:
+    """What transformers' capture hook keeps of a module's output: ``output[index]`` of a tuple,
+    else the output itself (decided when the graph runs, where the output's type is known)."""
+    return output[index] if isinstance(output, tuple) else output
+
+
+def replay_hidden_state_capture(module: nn.Module, args: tuple, output: Any, record: Callable[..., Any]) -> None:
+    """Run ``module``'s own ``hidden_states`` capture hooks on the graph value of its call.
+
+    While tracing, a module the graph calls as a whole does not run, so its hooks do not either.
+    The capture hook only appends the (first) input and the output to the active collector, so it
+    is replayed with the call's graph values: ``record(captured_output, output, index)`` makes
+    the value the hook keeps. Hooks of other keys (``attentions``: the hook skips ``None``
+    outputs, which a graph value cannot tell) are refused by :func:`check_leaf_output_capture`."""
+    collected = _active_capture()
+    if not collected or "hidden_states" not in collected:
+        return
+    for hook in list(module._forward_hooks.values()):
+        if is_output_capturing(hook) and _capture_key(hook) == "hidden_states":
+            hook(module, args, record(captured_output, output, _closure_value(hook, "index") or 0))
 
 
 def check_leaf_output_capture(path: str, module: nn.Module) -> None:
@@ -131,17 +168,15 @@ def check_leaf_output_capture(path: str, module: nn.Module) -> None:
     While tracing, a module called as a whole (a target or an ignored module) is not run, so
     transformers' capture hooks on it or inside it never fire and the collected tuple stays empty.
     """
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:  # older transformers: outputs are collected by traced code
-        return
-    collected = _active_collector.get()
+    collected = _active_capture()
     wanted = {key for key in (collected or {}) if not key.startswith("_")}
     if not wanted:
         return
     for name, sub in module.named_modules():
         for hook in sub._forward_hooks.values():
             key = _capture_key(hook) if is_output_capturing(hook) else None
+            if key == "hidden_states" and not name:
+                continue  # on the called module itself: replayed (replay_hidden_state_capture)
             if key in wanted:
                 where = ".".join(filter(None, [path, name]))
                 raise OutputCaptureError(

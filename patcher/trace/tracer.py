@@ -22,7 +22,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
-from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - re-exported
+from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import diagnose
 from .errors import (
     MissingTargetsError,
@@ -34,7 +34,13 @@ from .errors import (
     UntraceableCodeError,
 )
 from .liveness import check_inputs_reach_output, record_source
-from .hooks import check_leaf_output_capture, check_no_global_hooks, check_run_time, check_traced_through
+from .hooks import (
+    check_leaf_output_capture,
+    check_no_global_hooks,
+    check_run_time,
+    check_traced_through,
+    replay_hidden_state_capture,
+)
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
@@ -86,7 +92,10 @@ class SequentialTracer(fx.Tracer):
             check_leaf_output_capture(name, module)  # capture hooks on/in a leaf never fire
         self.module_path_stack.append(name)
         try:
-            return super().call_module(module, forward, args, kwargs)
+            output = super().call_module(module, forward, args, kwargs)
+            if module not in self.traced_modules:
+                replay_hidden_state_capture(module, args, output, self._record_call)
+            return output
         except Exception:
             # The stack unwinds before the error is explained: remember the innermost module.
             if self.failed_module_path is None:
@@ -94,6 +103,9 @@ class SequentialTracer(fx.Tracer):
             raise
         finally:
             self.module_path_stack.pop()
+
+    def _record_call(self, function, *args):
+        return self.create_proxy("call_function", function, args, {})
 
     # -- values ------------------------------------------------------------------------
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict):
@@ -149,6 +161,11 @@ class SequentialTracer(fx.Tracer):
             # By reference, never rebuilt from fields: rebuilding loses _attn_implementation.
             path = self._config_paths.get(id(a))
             return self.create_node("get_attr", path, (), {}) if path else self._reference(a)
+        if isinstance(a, ModelOutput):
+            # fx would hand on a plain dict: code reading `.pooler_output` of a traced-through
+            # tower's output (or setting it, in a wrapped function) needs the ModelOutput class.
+            return self.create_node("call_function", type(a), (),
+                                    {key: self.create_arg(value) for key, value in a.items()})
         try:
             return super().create_arg(a)
         except NotImplementedError:

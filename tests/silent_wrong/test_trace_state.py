@@ -2,8 +2,9 @@
 
 - ``output_hidden_states``/``output_attentions``: transformers collects them with hooks on the
   decoder layers (or inside them); the graph calls those as single modules, so it returned empty
-  tuples. Now ``OutputCaptureError``, unless the hooks sit on modules the tracer walks through,
-  where they are traced and the values are the eager ones.
+  tuples. Now ``OutputCaptureError`` for hooks inside a called module; hidden-state hooks on the
+  called module itself are replayed on its graph value, and hooks on modules the tracer walks
+  through are traced: either way the values are the eager ones.
 - Hooks on modules the tracer walks through (or on the root) were baked into the graph, or never
   ran; hooks added to them after tracing never ran. Now ``HookError``, at trace or run time.
 """
@@ -34,16 +35,30 @@ def _eager_attention(name: str):
 # -- output_hidden_states / output_attentions -----------------------------------------------------
 
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("flag", ["output_hidden_states", "output_attentions"])
-def test_output_flag_in_config_is_refused_when_layers_are_leaves(name, flag):
+def test_output_attentions_in_config_is_refused_when_layers_are_leaves(name):
+    # The attention capture hooks sit inside the layers, which the graph calls as single modules.
     model = _eager_attention(name)
-    setattr(model.config, flag, True)
+    model.config.output_attentions = True
     with pytest.raises(OutputCaptureError) as caught:
         trace_graph(model, _sample(), [decoder_layer(name)])
     message = str(caught.value)
-    key = flag.removeprefix("output_")
-    assert flag in message and "empty" in message and f"model.config.{flag} = False" in message
-    assert "model.layers.0" in message and caught.value.key == key
+    assert "output_attentions" in message and "empty" in message and "model.config.output_attentions = False" in message
+    assert "model.layers.0" in message and caught.value.key == "attentions"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_hidden_states_captured_on_leaf_layers_are_replayed_and_equal_eager(name):
+    # The hidden-state hook sits on the layer the graph calls: it is replayed on the call's graph
+    # value while tracing (it used to leave `hidden_states` empty), in the graph and in the chain.
+    model = tiny_model(name)
+    model.config.output_hidden_states = True
+    traced = trace_graph(model, _sample(), [decoder_layer(name)])
+    subgraphs = trace_subgraphs(model, _sample(), [decoder_layer(name)])
+    sample = _sample(seed=3, length=7)
+    want = model(**sample).hidden_states
+    assert len(want) == model.config.num_hidden_layers + 1
+    torch.testing.assert_close(traced(model, **sample)["hidden_states"], want, rtol=0, atol=0)
+    torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["hidden_states"], want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", MODELS)

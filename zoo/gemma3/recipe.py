@@ -64,6 +64,14 @@ DEFAULT_IGNORE: list[str] = [
     "get_image_features",
 ]
 
+#: Opt-in: the vision tower's blocks as sequential targets too (SigLIP's encoder layers): one
+#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
+#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+VISION_TARGETS: list[str] = ["SiglipEncoderLayer"]
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
+VISION_IGNORE: list[str] = []
+
 # Tiny sizes: text hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 8/4), one sliding and
 # one full attention layer (the real model has 5 sliding per full), a window of 4 tokens so it cuts
 # into every sample; SigLIP 16-px images of 4-px patches (4x4 patches pooled to 2x2 = 4 tokens).
@@ -157,7 +165,7 @@ def build_sample(
 
 
 __all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
     "example_image_sizes",
     "image_token_count", "tiny_config", "tiny_model",
 ]

@@ -61,6 +61,15 @@ DEFAULT_IGNORE: list[str] = [
     "get_image_features",
 ]
 
+#: Opt-in: the vision tower's blocks as sequential targets too (CLIP's hidden-state capture on them is replayed on their graph values, so
+#: ``vision_feature_layer`` picks the same layer as in eager): one
+#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
+#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+VISION_TARGETS: list[str] = ["CLIPEncoderLayer"]
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
+VISION_IGNORE: list[str] = []
+
 # Tiny sizes: Llama text hidden 32 (4 heads of 8, 2 kv heads); CLIP 8-px images of 4-px patches
 # (4 patches + CLS), two layers so vision_feature_layer=-2 (the real value) picks the first one.
 _TINY_TEXT = dict(
@@ -153,7 +162,7 @@ def build_sample(
 
 
 __all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
     "example_image_sizes",
     "image_token_count", "tiny_config", "tiny_model",
 ]

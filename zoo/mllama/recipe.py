@@ -82,6 +82,14 @@ DEFAULT_IGNORE: list[str] = [
     "_prepare_cross_attention_mask",
 ]
 
+#: Opt-in: the vision tower's blocks as sequential targets too (the local layers, then the gated global ones: one class): one
+#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
+#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+VISION_TARGETS: list[str] = ["MllamaVisionEncoderLayer"]
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: ``_prepare_cross_attention_mask``, as in DEFAULT_IGNORE.
+VISION_IGNORE: list[str] = ["_prepare_cross_attention_mask"]
+
 # Tiny sizes: text hidden 32 (4 heads of 8, 2 kv heads), three layers with the cross-attention
 # layer in the middle (the real model has it at 3, 8, ..., 38 of 40). Vision: 8-px tiles of 4-px
 # patches (4 patches + CLS = 5, padded to 8 inside the encoder), the real default tiling (4 tiles,
@@ -228,6 +236,6 @@ def build_sample(
 
 __all__ = [
     "ALL_DECODER_TARGETS", "CROSS_ATTENTION_TARGETS", "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS",
-    "MODEL_TYPE", "aspect_ratio", "aspect_ratio_id", "build_sample", "default_image_size", "image_token_count",
+    "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "aspect_ratio", "aspect_ratio_id", "build_sample", "default_image_size", "image_token_count",
     "example_image_sizes", "supported_image_sizes", "tiny_config", "tiny_model",
 ]

@@ -71,6 +71,15 @@ DEFAULT_IGNORE: list[str] = [
     "get_video_features",
 ]
 
+#: Opt-in: the vision tower's blocks as sequential targets too (windowed and full-attention blocks alike: the window index and both
+#: ``cu_seqlens`` are graph values handed on from block to block): one
+#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
+#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+VISION_TARGETS: list[str] = ["Qwen2_5_VLVisionBlock"]
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
+VISION_IGNORE: list[str] = []
+
 # Tiny sizes: hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 28/4), M-RoPE sections
 # summing to head_dim / 2 like the real [16, 24, 24] over 128; vision patches of 4 px, a tower of
 # width 16 (2 heads of 8) merged into the text width 32 (out_hidden_size), windows of 16 px = 2 x 2
@@ -117,7 +126,7 @@ example_image_sizes = _qwen_vl.example_image_sizes
 
 
 __all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "build_sample", "default_image_size",
+    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
     "example_image_sizes",
     "image_grid", "image_token_count", "tiny_config", "tiny_model",
 ]
