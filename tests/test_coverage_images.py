@@ -122,7 +122,7 @@ def _attempt(**fields):
     return Attempt("multimodal", **fields)
 
 
-def _row(name, *, built=True, image_path=True, multimodal=None):
+def _fake_row(name, *, built=True, image_path=True, multimodal=None):
     from patcher.coverage.check import Attempt, CoverageRow
 
     return CoverageRow(name, built=built, image_path=image_path, multimodal=multimodal,
@@ -134,7 +134,7 @@ def test_a_sample_stage_failure_shows_its_error_and_location_in_the_blocker_colu
 
     failed = _attempt(stage="sample", error="ValueError: image size (5, 7) must be multiples of 4",
                       blocker_kind="ValueError", blocker_location="patcher/images/flat_patches.py:31")
-    row = _row("OddForConditionalGeneration", multimodal=failed)
+    row = _fake_row("OddForConditionalGeneration", multimodal=failed)
     kind, location, _, message = blocker(row)
     assert kind == "sample: ValueError" and location == "patcher/images/flat_patches.py:31"
     assert message == failed.error
@@ -146,12 +146,12 @@ def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_
     from patcher.coverage.report import image_text_to_text, image_text_to_text_line, markdown
 
     equal = _attempt(ran=True, traced=True, equal=True)
-    rows = [_row("AForConditionalGeneration", multimodal=equal),
-            _row("BForConditionalGeneration", multimodal=_attempt(ran=True, traced=True, stage="compare")),
-            _row("CForConditionalGeneration"),                    # no sample builder: not equal, counted
-            _row("TextOnlyForCausalLM", image_path=False),        # in the mapping, takes no images
-            _row("DForConditionalGeneration", built=False),       # does not build: outside the metric
-            _row("OtherForConditionalGeneration", multimodal=equal)]  # not in the mapping
+    rows = [_fake_row("AForConditionalGeneration", multimodal=equal),
+            _fake_row("BForConditionalGeneration", multimodal=_attempt(ran=True, traced=True, stage="compare")),
+            _fake_row("CForConditionalGeneration"),                    # no sample builder: not equal, counted
+            _fake_row("TextOnlyForCausalLM", image_path=False),        # in the mapping, takes no images
+            _fake_row("DForConditionalGeneration", built=False),       # does not build: outside the metric
+            _fake_row("OtherForConditionalGeneration", multimodal=equal)]  # not in the mapping
     mapping = {"AForConditionalGeneration", "BForConditionalGeneration", "CForConditionalGeneration",
                "TextOnlyForCausalLM", "DForConditionalGeneration", "EForConditionalGeneration"}
     metric = image_text_to_text(rows, mapping)

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: coverage / zoo / cli.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"registry", "files"},  # what rewrite and trace agree on; atomic file writes
-    {"rewrite", "trace", "models", "samples"},  # the rewriter, the tracer, config/class loading, samples
+    {"rewrite", "trace", "models", "samples", "towers"},  # the rewriter, the tracer, config/class loading, samples,
+    # the vision/audio towers of a model (their block classes)
     {"partition", "images"},  # subgraphs per target; image samples per pixel layout
     {"verify", "render"},  # users of subgraphs: equivalence with eager, pictures
     {"traceable", "attempt"},  # repair loop and loading; one traced attempt, end to end
