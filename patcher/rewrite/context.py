@@ -12,6 +12,7 @@ from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
 from .naming import Namer
+from .opaque_results import tests_none_of
 from .positions import positions_of
 from .records import Blocker, Rewrite
 from .shapes import is_shape_expr
@@ -110,6 +111,8 @@ class FunctionCtx:
     module_locals: set[str]
     body: list | None = None  # the function's statements (original nodes), for bound.bound_before
     outer_names: set = field(default_factory=set)  # locals of enclosing functions (bound: closures)
+    #: names holding an opaque call's result at the statement being rewritten (see opaque_results)
+    opaque_results: set = field(default_factory=set)
     _first_bound: dict | None = None
 
     @property
@@ -149,6 +152,10 @@ class StatementContext:
         start, _ = self.state.lines(branch)
         _, end = self.state.lines(branch.test)
         return any(start <= line <= end for line in self.forced_lines)
+
+    def tests_opaque_none(self, test: cst.BaseExpression) -> bool:
+        """Does ``test`` ask whether an opaque call's result is None? (Decided by the data.)"""
+        return tests_none_of(test, self.fctx.opaque_results)
 
     def is_local(self, name: str) -> bool:
         return name in self.fctx.local_names

@@ -2,7 +2,10 @@
 a wrapped function called with every value they read, returning every name they assign.
 
 Tests on configs, `self.` attributes, constants and `is None` stay: they are plain Python while
-tracing. In a chain, only the branches from the first data-dependent test on move."""
+tracing. An `is None` test of an opaque call's result (`mask = create_recurrent_attention_mask(...)`
+then `if mask is None:`) moves: the call is one proxy while tracing, never None, but returns None
+or a tensor by the data when the graph runs. In a chain, only the branches from the first
+data-dependent test on move."""
 
 from __future__ import annotations
 
@@ -20,10 +23,13 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, cst.If):
         # The first branch whose test is traced decides: a shape test there is TZ105's.
-        index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN)
+        index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN
+                             or ctx.tests_opaque_none(br.test))
         if index is None:
             return None
         branch = branches(stmt)[index]
+        if ctx.tests_opaque_none(branch.test) and ctx.taint.of(branch.test) != VALUE:
+            return hoist_from(stmt, index, ctx, code=CODE, reason="None test of an opaque call's result")
         if not ctx.forces(CODE, branch) and ctx.taint.of(branch.test) != VALUE:
             return None
         return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a tensor value")
