@@ -5,7 +5,8 @@ Tests on configs, `self.` attributes, constants and `is None` stay: they are pla
 tracing. An `is None` test of an opaque call's result (`mask = create_recurrent_attention_mask(...)`
 then `if mask is None:`) moves: the call is one proxy while tracing, never None, but returns None
 or a tensor by the data when the graph runs. In a chain, only the branches from the first
-data-dependent test on move."""
+data-dependent test on move. A conditional expression nested in a larger statement moves alone
+(see _conditional)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import libcst as cst
 from ..naming import describe
 from ..taint import CLEAN, VALUE
 from ._chain import branches, first_branch, hoist_from
+from ._conditional import hoist_conditionals, nested_conditionals
 
 CODE = "TZ101"
 DESCRIPTION = "data-dependent if/elif and conditional expressions move into wrapped functions"
@@ -37,6 +39,10 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
         bools = [i for i in ctx.issues(stmt) if i.kind == "bool" and i.level == VALUE]
         if not bools and not forced:
             return None
+        if bools and not ctx.mentions_redirected(stmt):
+            conditionals = nested_conditionals(stmt, [i.node for i in bools], [i.node for i in ctx.issues(stmt)])
+            if conditionals is not None:
+                return hoist_conditionals(stmt, conditionals, ctx, code=CODE, reason=bools[0].detail)
         nodes = [bools[0].node] if bools else list(stmt.body)
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{describe(*nodes)}", span=stmt,
                          reason=bools[0].detail if bools else "data-dependent statement (targeted)")
