@@ -180,3 +180,16 @@ def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
     # 1152): kept while the tower shrank, the eager image path could not run.
     config = shrink_config(transformers.Kimi_K25Config)
     assert config.projection_hidden_size == config.vision_config.hidden_size
+
+
+def test_shrinking_raises_a_near_zero_init_std_and_keeps_the_others():
+    # GOT-OCR2's SAM tower initialises with std 1e-10 (a stand-in for trained weights): built tiny
+    # so, its output hardly depended on its pixels and the image never reached the logits.
+    from patcher.coverage.shrink import INIT_STD
+
+    assert transformers.GotOcr2Config().vision_config.initializer_range < 1e-6
+    config = shrink_config(transformers.GotOcr2Config)
+    assert config.vision_config.initializer_range == INIT_STD
+    for config_class in (transformers.LlamaConfig, transformers.GotOcr2Config):
+        real, tiny = config_class().get_text_config(), shrink_config(config_class).get_text_config()
+        assert tiny.initializer_range == real.initializer_range  # ordinary stds stay as they are

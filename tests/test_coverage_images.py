@@ -22,6 +22,7 @@ WITH_IMAGES = [
     "Lfm2VlForConditionalGeneration",          # SigLIP2 NaFlex: spatial_shapes + patch mask
     "InternVLForConditionalGeneration",        # fixed size, pixel shuffle
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
+    "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
 ]
 
 

@@ -6,7 +6,9 @@ recognises by name: widths, layer counts, heads, head dims, intermediate sizes, 
 positions, image sizes. Per-layer lists (``layer_types``, ``mlp_only_layers``, ...) are cut to the
 new layer count while keeping every kind of layer that occurs, and lists of layer indices
 (``cross_attention_layers``, ...) are renumbered. Special token ids beyond the tiny vocabulary are
-moved into it (the same old id gets the same new id everywhere). Sizes are only ever lowered.
+moved into it (the same old id gets the same new id everywhere). Sizes are only ever lowered; an
+init standard deviation near zero (``initializer_range=1e-10``) is raised, so that random weights
+carry their inputs on as trained ones do.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ _PERIOD = {"attn_layer_period", "expert_layer_period", "sliding_window_pattern",
            "interleave_moe_layer_step", "full_attention_interval", "layer_group_size", "moe_every_n_layers"}
 _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", "first_dense_layers",
            "num_dense_layers", "first_k_dense", "n_dense_layers", "dense_layers"}
+# Standard deviations of the random init; one below MIN_INIT_STD is raised to INIT_STD.
+_INIT_STD = {"initializer_range", "init_std"}
+MIN_INIT_STD = 1e-3
+INIT_STD = 0.02
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "block_type", "pattern", "mlp_only", "blocks")
@@ -275,6 +281,10 @@ class _Shrinker:
             return _lower(value, 1)
         if key == "query_pre_attn_scalar":
             return _lower(value, HEAD_DIM)
+        if key in _INIT_STD and isinstance(value, float) and 0 < value < MIN_INIT_STD:
+            # SAM-style towers (GOT-OCR2, BLIP-2, ...) initialise with std 1e-10, standing in for
+            # trained weights: a tiny tower built so passes (almost) nothing of its pixels on
+            return INIT_STD
         if key == "image_size" and isinstance(value, int):
             return value  # fixed up with the patch size in _fix_groups
         return value
