@@ -23,6 +23,7 @@ WITH_IMAGES = [
     "InternVLForConditionalGeneration",        # fixed size, pixel shuffle
     "Qwen2VLForConditionalGeneration",         # the zoo's builder
     "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
+    "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
 ]
 
 

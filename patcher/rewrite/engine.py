@@ -17,6 +17,7 @@ from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
 from .names import function_body_use, param_list
+from . import traced_items
 from .opaque_results import after_statement
 from .naming import Namer
 from .records import Blocker, Rewrite
@@ -147,15 +148,17 @@ class Engine:
     # -- statements -----------------------------------------------------------------------
     def block(self, stmts: Iterable[cst.BaseStatement], fctx: FunctionCtx) -> list[cst.BaseStatement]:
         out: list[cst.BaseStatement] = []
-        enclosing = fctx.opaque_results
-        fctx.opaque_results = set(enclosing)  # a nested block starts with what held before it
+        enclosing = fctx.opaque_results, fctx.traced_items
+        # a nested block starts with what held before it
+        fctx.opaque_results, fctx.traced_items = set(enclosing[0]), set(enclosing[1])
         try:
             for stmt in stmts:
                 out.extend(self.statement(stmt, fctx))
                 fctx.opaque_results = after_statement(fctx.opaque_results, stmt,
                                                       lambda call: self.is_opaque_call(call, fctx))
+                fctx.traced_items = traced_items.after_statement(fctx.traced_items, stmt, fctx.taint)
         finally:
-            fctx.opaque_results = enclosing
+            fctx.opaque_results, fctx.traced_items = enclosing
         return out
 
     def is_opaque_call(self, call: cst.Call, fctx: FunctionCtx) -> bool:

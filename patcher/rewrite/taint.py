@@ -102,9 +102,6 @@ def _sequence_check_of_traced(node: cst.Call, taint: "Taint") -> bool:
     return any(dotted(name) in _SEQUENCE_TYPES for name in names)
 
 
-# dict methods returning a stored item (or a default): as traced as the items
-_ITEM_READS = frozenset({"get", "pop", "setdefault"})
-
 _CONTAINER_CALLS = frozenset({"dict", "list", "tuple", "set", "defaultdict", "OrderedDict", "collections.defaultdict"})
 
 
@@ -207,10 +204,6 @@ class Taint:
             if isinstance(node.func, cst.Attribute):
                 base = self.of(node.func.value)
                 method = node.func.attr.value
-                receiver = node.func.value
-                if method in _ITEM_READS and isinstance(receiver, cst.Name) and receiver.value in self.items:
-                    # `outputs.get("image")` reads back what `outputs["image"] = ...` stored
-                    return max(self.items[receiver.value], args)
                 if base == VALUE and not is_tensor_method(method):
                     # `past_key_values.get_seq_length()`: not a tensor after all (annotations lie);
                     # the result is as traced as what goes in.
