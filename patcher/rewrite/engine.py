@@ -17,8 +17,7 @@ from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
 from .names import function_body_use, param_list
-from . import traced_items
-from .opaque_results import after_statement
+from . import opaque_results, traced_items
 from .naming import Namer
 from .records import Blocker, Rewrite
 from .rules import EXPRESSION_RULES, HOIST_RULES
@@ -154,8 +153,8 @@ class Engine:
         try:
             for stmt in stmts:
                 out.extend(self.statement(stmt, fctx))
-                fctx.opaque_results = after_statement(fctx.opaque_results, stmt,
-                                                      lambda call: self.is_opaque_call(call, fctx))
+                fctx.opaque_results = opaque_results.after_statement(fctx.opaque_results, stmt,
+                                                                     lambda call: self.is_opaque_call(call, fctx))
                 fctx.traced_items = traced_items.after_statement(fctx.traced_items, stmt, fctx.taint)
         finally:
             fctx.opaque_results, fctx.traced_items = enclosing
