@@ -18,7 +18,7 @@ from patcher.coverage import architectures, check_architecture, find_targets, sh
 from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
 from patcher.coverage.samples import coverage_text_sample, special_tokens
-from patcher.coverage.shrink import DEAD_INIT
+from patcher.coverage.shrink import MIN_INIT_STD
 
 # Diverse on purpose: dense, GQA, MoE, MLA, sliding windows, alternating layer types, encoder-decoder,
 # old-style blocks (Bloom, GPT-NeoX, Falcon, OPT), Mamba hybrids (Bamba, Zamba2 with nested layer
@@ -139,8 +139,8 @@ def test_shrinking_keeps_the_sam_neck_as_wide_as_the_tower_after_it():
 def test_shrinking_gives_towers_that_init_at_almost_zero_a_live_init():
     # SAM-style towers init at 1e-10 (their weights come from the checkpoint): a random tiny one passes
     # nothing of its pixels on. Ordinary inits stay as they are.
-    assert transformers.GotOcr2Config().vision_config.initializer_range < DEAD_INIT
-    assert shrink_config(transformers.GotOcr2Config).vision_config.initializer_range > DEAD_INIT
+    assert transformers.GotOcr2Config().vision_config.initializer_range < MIN_INIT_STD
+    assert shrink_config(transformers.GotOcr2Config).vision_config.initializer_range > MIN_INIT_STD
     llava = transformers.LlavaConfig()
     assert shrink_config(transformers.LlavaConfig).text_config.initializer_range == llava.text_config.initializer_range
 
@@ -291,3 +291,16 @@ def test_shrinking_lowers_the_image_queries_below_the_positions():
     # would not fit the tiny text model.
     config = shrink_config(transformers.Kosmos2_5Config)
     assert config.latent_query_num < config.text_config.max_position_embeddings
+
+
+def test_shrinking_raises_a_near_zero_init_std_and_keeps_the_others():
+    # GOT-OCR2's SAM tower initialises with std 1e-10 (a stand-in for trained weights): built tiny
+    # so, its output hardly depended on its pixels and the image never reached the logits.
+    from patcher.coverage.shrink import INIT_STD
+
+    assert transformers.GotOcr2Config().vision_config.initializer_range < 1e-6
+    config = shrink_config(transformers.GotOcr2Config)
+    assert config.vision_config.initializer_range == INIT_STD
+    for config_class in (transformers.LlamaConfig, transformers.GotOcr2Config):
+        real, tiny = config_class().get_text_config(), shrink_config(config_class).get_text_config()
+        assert tiny.initializer_range == real.initializer_range  # ordinary stds stay as they are

@@ -28,6 +28,8 @@ WITH_IMAGES = [
     "GitForCausalLM",                          # image before the text, no image tokens, two sizes
     "Gemma4ForConditionalGeneration",          # patch positions with padding, an optional vision config
     "Kosmos2_5ForConditionalGeneration",       # flattened patches with grid ids, image_embeds_position_mask
+    "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
+    "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
 ]
 
 

@@ -7,7 +7,9 @@ positions, image sizes. Per-layer lists (``layer_types``, ``mlp_only_layers``, .
 new layer count while keeping every kind of layer that occurs, and lists of layer indices
 (``cross_attention_layers``, ...) are renumbered. Special token ids beyond the tiny vocabulary are
 moved into it (the same old id gets the same new id everywhere); image placeholder and marker ids
-a multimodal config leaves None get free ids in it. Sizes are only ever lowered.
+a multimodal config leaves None get free ids in it. Sizes are only ever lowered; an init standard
+deviation near zero (``initializer_range=1e-10``) is raised, so that random weights carry their
+inputs on as trained ones do.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ POSITIONS = 256
 LORA_RANK = 16
 STATE = 16
 WINDOW = 4
-INIT = 0.02
-DEAD_INIT = 1e-4  # an initializer_range below this leaves a random model's weights ~0
 
 _WIDTH = {
     "hidden_size", "d_model", "n_embd", "n_embed", "embed_dim", "dim", "model_dim", "hidden_dim",
@@ -82,6 +82,10 @@ _PERIOD = {"attn_layer_period", "expert_layer_period", "sliding_window_pattern",
            "interleave_moe_layer_step", "full_attention_interval", "layer_group_size", "moe_every_n_layers"}
 _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", "first_dense_layers",
            "num_dense_layers", "first_k_dense", "n_dense_layers", "dense_layers"}
+# Standard deviations of the random init; one below MIN_INIT_STD is raised to INIT_STD.
+_INIT_STD = {"initializer_range", "init_std"}
+MIN_INIT_STD = 1e-3
+INIT_STD = 0.02
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 #: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
 _WIDTH_LISTS = {"downsample_channels"}
@@ -373,12 +377,12 @@ class _Shrinker:
             return _lower(value, 1)
         if key == "query_pre_attn_scalar":
             return _lower(value, HEAD_DIM)
+        if key in _INIT_STD and isinstance(value, float) and 0 < value < MIN_INIT_STD:
+            # SAM-style towers (GOT-OCR2, BLIP-2, ...) initialise with std 1e-10, standing in for
+            # trained weights: a tiny tower built so passes (almost) nothing of its pixels on
+            return INIT_STD
         if key == "image_size" and isinstance(value, int):
             return value  # fixed up with the patch size in _fix_groups
-        if key == "initializer_range" and isinstance(value, float) and 0 < value < DEAD_INIT:
-            # SAM-style towers init at 1e-10 (the real weights come from the checkpoint): a random tiny
-            # tower would pass nothing of its pixels on (an image influence of 0)
-            return INIT
         return value
 
     def _layers_to_keep(self, data: dict, old: int) -> list[int]:

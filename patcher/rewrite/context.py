@@ -13,6 +13,8 @@ from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
 from .naming import Namer
+from .opaque_results import tests_none_of
+from .traced_items import truth_tests_item
 from .positions import positions_of
 from .records import Blocker, Rewrite
 from .shapes import is_shape_expr
@@ -118,6 +120,10 @@ class FunctionCtx:
     module_locals: set[str]
     body: list | None = None  # the function's statements (original nodes), for bound.bound_before
     outer_names: set = field(default_factory=set)  # locals of enclosing functions (bound: closures)
+    #: names holding an opaque call's result at the statement being rewritten (see opaque_results)
+    opaque_results: set = field(default_factory=set)
+    #: dicts holding a traced value at the statement being rewritten (see traced_items)
+    traced_items: set = field(default_factory=set)
     _first_bound: dict | None = None
 
     @property
@@ -157,6 +163,14 @@ class StatementContext:
         start, _ = self.state.lines(branch)
         _, end = self.state.lines(branch.test)
         return any(start <= line <= end for line in self.forced_lines)
+
+    def tests_opaque_none(self, test: cst.BaseExpression) -> bool:
+        """Does ``test`` ask whether an opaque call's result is None? (Decided by the data.)"""
+        return tests_none_of(test, self.fctx.opaque_results)
+
+    def tests_traced_item(self, test: cst.BaseExpression) -> bool:
+        """Is ``test`` a truth test of an item read back from a dict holding a traced value?"""
+        return truth_tests_item(test, self.fctx.traced_items)
 
     def is_local(self, name: str) -> bool:
         return name in self.fctx.local_names

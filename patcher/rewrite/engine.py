@@ -19,6 +19,7 @@ from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
 from .names import function_body_use, param_list
+from . import opaque_results, traced_items
 from .naming import Namer
 from .records import Blocker, Rewrite
 from .rules import EXPRESSION_RULES, HOIST_RULES
@@ -135,9 +136,30 @@ class Engine:
     # -- statements -----------------------------------------------------------------------
     def block(self, stmts: Iterable[cst.BaseStatement], fctx: FunctionCtx) -> list[cst.BaseStatement]:
         out: list[cst.BaseStatement] = []
-        for stmt in stmts:
-            out.extend(self.statement(stmt, fctx))
+        enclosing = fctx.opaque_results, fctx.traced_items
+        # a nested block starts with what held before it
+        fctx.opaque_results, fctx.traced_items = set(enclosing[0]), set(enclosing[1])
+        try:
+            for stmt in stmts:
+                out.extend(self.statement(stmt, fctx))
+                fctx.opaque_results = opaque_results.after_statement(fctx.opaque_results, stmt,
+                                                                     lambda call: self.is_opaque_call(call, fctx))
+                fctx.traced_items = traced_items.after_statement(fctx.traced_items, stmt, fctx.taint)
+        finally:
+            fctx.opaque_results, fctx.traced_items = enclosing
         return out
+
+    def is_opaque_call(self, call: cst.Call, fctx: FunctionCtx) -> bool:
+        """A call the rules turn into one opaque graph node (as ``rules.ignored_call`` decides)."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value in self.state.ignore and func.value not in fctx.local_names
+        if isinstance(func, cst.Attribute):
+            receiver = func.value
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
+                return False
+            return func.attr.value in self.state.redirect_methods
+        return False
 
     def _forced(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> tuple[str | None, set[int]]:
         if not self.state.locations:

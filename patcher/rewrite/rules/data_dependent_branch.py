@@ -2,7 +2,12 @@
 a wrapped function called with every value they read, returning every name they assign.
 
 Tests on configs, `self.` attributes, constants and `is None` stay: they are plain Python while
-tracing. In a chain, only the branches from the first data-dependent test on move."""
+tracing. An `is None` test of an opaque call's result (`mask = create_recurrent_attention_mask(...)`
+then `if mask is None:`) moves: the call is one proxy while tracing, never None, but returns None
+or a tensor by the data when the graph runs; so does a truth test of a traced value stored in a
+dict and read back (`x if outputs.get("image") else None`, see traced_items). In a chain, only
+the branches from the first data-dependent test on move. A conditional expression nested in a
+larger statement moves alone (see _conditional)."""
 
 from __future__ import annotations
 
@@ -11,29 +16,56 @@ import libcst as cst
 from ...registry.rules import RULES, TZ101
 from ..naming import describe
 from ..taint import CLEAN, VALUE
+from ..walk import descendants
 from ._chain import branches, first_branch, hoist_from
+from ._conditional import hoist_conditionals, nested_conditionals
 from .base import claimed
 
 SPEC = RULES[TZ101]
 CODE = SPEC.code
 
 
+_OPAQUE_NONE = "None test of an opaque call's result"
+_TRACED_ITEM = "truth test of an item of a dict holding a traced value"
+
+
+def _undecided(test: cst.BaseExpression, ctx) -> str | None:
+    """Why a test that taint calls plain cannot be decided while tracing, or None."""
+    if ctx.tests_opaque_none(test):
+        return _OPAQUE_NONE
+    if ctx.tests_traced_item(test):
+        return _TRACED_ITEM
+    return None
+
+
 def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, cst.If):
         # The first branch whose test is traced decides: a shape test there is TZ105's.
-        index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN)
+        index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN
+                             or _undecided(br.test, ctx) is not None)
         if index is None:
             return None
         branch = branches(stmt)[index]
+        undecided = _undecided(branch.test, ctx)
+        if undecided is not None and ctx.taint.of(branch.test) != VALUE:
+            return hoist_from(stmt, index, ctx, code=CODE, reason=undecided)
         if not ctx.forces(CODE, branch) and ctx.taint.of(branch.test) != VALUE:
             return None
         return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a tensor value")
     if isinstance(stmt, cst.SimpleStatementLine):
-        bools = claimed(ctx.issues(stmt), SPEC)
+        bools = [(i.node, i.detail) for i in claimed(ctx.issues(stmt), SPEC)]
+        bools += [(node.test, _undecided(node.test, ctx)) for node in descendants(stmt, stop=(cst.Lambda,))
+                  if isinstance(node, cst.IfExp) and ctx.taint.of(node.test) != VALUE
+                  and _undecided(node.test, ctx) is not None]
         if not bools and not forced:
             return None
-        nodes = [bools[0].node] if bools else list(stmt.body)
+        if bools and not ctx.mentions_redirected(stmt):
+            tests = [node for node, _ in bools]
+            conditionals = nested_conditionals(stmt, tests, tests + [i.node for i in ctx.issues(stmt)])
+            if conditionals is not None:
+                return hoist_conditionals(stmt, conditionals, ctx, code=CODE, reason=bools[0][1])
+        nodes = [bools[0][0]] if bools else list(stmt.body)
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{describe(*nodes)}", span=stmt,
-                         reason=bools[0].detail if bools else "data-dependent statement (targeted)")
+                         reason=bools[0][1] if bools else "data-dependent statement (targeted)")
     return None
