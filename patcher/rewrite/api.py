@@ -16,7 +16,7 @@ import libcst as cst
 
 from ..files import write_pair_atomic
 from ..registry.rules import NO_RULE, RULES
-from . import header as hdr
+from . import file_header as hdr
 from .engine import Blocker, Rewrite, run_rules
 from .errors import PatchError
 from .imports import AbsoluteImports

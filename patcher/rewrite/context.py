@@ -12,7 +12,7 @@ from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
-from .naming import Namer
+from .wrapper_names import Namer
 from .positions import positions_of
 from .records import Blocker, Rewrite
 from .shapes import is_shape_expr

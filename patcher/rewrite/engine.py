@@ -18,8 +18,8 @@ from ..registry.wrapped import forwarder_name
 from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
-from .names import function_body_use, param_list
-from .naming import Namer
+from .name_use import function_body_use, param_list
+from .wrapper_names import Namer
 from .records import Blocker, Rewrite
 from .rules import EXPRESSION_RULES, HOIST_RULES
 from .rules.ignored_call import DEFAULT_IGNORE
@@ -338,6 +338,6 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
 
 
 def function_body_use_stmt(stmt: cst.CSTNode) -> set[str]:
-    from .names import name_use
+    from .name_use import name_use
 
     return set(name_use(stmt).writes)

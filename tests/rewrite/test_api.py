@@ -13,7 +13,7 @@ import torch
 import patcher.rewrite
 import patcher.rewrite.api
 from patcher.rewrite import PatchError, patch_file, patch_source
-from patcher.rewrite.header import MARKER, split_header
+from patcher.rewrite.file_header import MARKER, split_header
 
 MODEL = textwrap.dedent(
     """\
