@@ -90,7 +90,7 @@ def patch_source(
     absolute; without it, it is inferred from `source_path`'s packages. `targets`: class names of
     the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
     method names to call opaquely (added to ``rules.ignored_call.DEFAULT_IGNORE``). `locations`:
-    ``(lineno, kind_or_rule_code)`` pairs (lines of `source`) from tracer failures, rewritten even
+    ``(lineno, rule code or symptom key)`` pairs (lines of `source`) from tracer failures, rewritten even
     where static detection sees nothing; a string instead of a line number names a function or
     method to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
     file and how to regenerate it (``("recipe", ...)``, ``("regenerate with", ...)``); re-patching

@@ -39,7 +39,7 @@ class ModuleState:
     ignore: set[str]
     redirect_methods: dict[str, str]  # method name -> rule code (whole-method wrap)
     targets: TargetIndex
-    locations: dict[int, str]  # line -> kind or rule code
+    locations: dict[int, str]  # line -> the rule code or symptom key a tracer failure asks for
     existing_wrapped: set[str]
     wrapped_defs: dict
     has_torch: bool

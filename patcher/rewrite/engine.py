@@ -310,11 +310,11 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     ignore_set = set(DEFAULT_IGNORE) | set(ignore)
     line_locs: dict[int, str] = {}
     for loc in locations:
-        where, kind = loc[0], (loc[1] if len(loc) > 1 else "bool")
+        where, wanted = loc[0], (loc[1] if len(loc) > 1 else "bool")  # wanted: a rule code or symptom key
         if isinstance(where, str) and not where.isdigit():
             ignore_set.add(where.rsplit(".", 1)[-1])
         else:
-            line_locs[int(where)] = str(kind)
+            line_locs[int(where)] = str(wanted)
     index = TargetIndex(module, targets)
     redirect = dict(redirect) if redirect is not None else whole_method_candidates(module, index, wrapped_defs)
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)

@@ -31,10 +31,10 @@ from transformers import Gemma3Config
 from patcher.samples import register_multimodal_sample, text_sample
 
 from .._recipe import Recipe
-from .._samples import check_counts as _check_counts
-from .._samples import image_sizes as _image_sizes
-from .._samples import tiny_model as _tiny_model
-from .._samples import token_rows as _token_rows
+from .._recipe_helpers import check_counts as _check_counts
+from .._recipe_helpers import image_sizes as _image_sizes
+from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "gemma3"
 MODEL_CLASS = "Gemma3ForConditionalGeneration"

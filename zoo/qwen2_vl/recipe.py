@@ -42,7 +42,7 @@ from patcher.samples import register_multimodal_sample
 
 from .._recipe import Recipe
 from .. import _qwen_vl_samples as _qwen_vl
-from .._samples import tiny_model as _tiny_model
+from .._recipe_helpers import tiny_model as _tiny_model
 
 MODEL_TYPE = "qwen2_vl"
 MODEL_CLASS = "Qwen2VLForConditionalGeneration"
