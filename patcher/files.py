@@ -6,6 +6,8 @@
   first, then all are renamed, under an exclusive lock on the folder, so parallel writers never
   interleave. (Two renames are not one atomic step: a kill between them is caught by the
   content hash that a manifest records, see ``patcher.rewrite.api``.)
+* :func:`stale_files` says which generated files on disk differ from what would be generated
+  now: the one freshness check of ``patcher patch --check`` and ``scripts/check_zoo``.
 * Temporary files are named ``.<name>.<pid>.<random>.tmp``; a temporary file whose process is
   gone (a killed writer) is removed by the next write to that folder.
 """
@@ -16,8 +18,9 @@ import contextlib
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 try:
     import fcntl
@@ -132,3 +135,36 @@ def write_pair_atomic(files: Iterable[tuple[str | os.PathLike, str]]) -> None:
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
     write_pair_atomic([(path, text)])
+
+
+# -- freshness: is what is on disk what would be generated now? ---------------------------------
+# One implementation for `patcher patch --check` and `scripts/check_zoo`.
+
+
+@dataclass(frozen=True)
+class StaleFile:
+    """A generated file whose committed text differs from what would be generated now."""
+
+    path: Path
+    on_disk: str | None  # None: missing
+    generated: str
+
+    def diff(self) -> str:
+        """A unified diff from the file on disk to the generated text."""
+        import difflib
+
+        old = (self.on_disk or "").splitlines(keepends=True)
+        return "".join(difflib.unified_diff(old, self.generated.splitlines(keepends=True),
+                                            fromfile=f"{self.path} (on disk)", tofile=f"{self.path} (generated)"))
+
+
+def stale_files(generated: Mapping[Path, str]) -> list[StaleFile]:
+    """The files of ``generated`` (path -> text it would have now) whose text on disk differs,
+    byte for byte (undecodable bytes kept as surrogates, so they differ too)."""
+    stale = []
+    for path, text in generated.items():
+        path = Path(path)
+        on_disk = path.read_bytes().decode("utf-8", "surrogateescape") if path.is_file() else None
+        if on_disk != text:
+            stale.append(StaleFile(path, on_disk, text))
+    return stale

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from patcher.rewrite import patch_source  # noqa: E402
-from patcher.rewrite.header import split_header  # noqa: E402
+from patcher.rewrite.file_header import split_header  # noqa: E402
 from rewrite._fixture_runtime import patch_options  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "rewrite" / "fixtures"

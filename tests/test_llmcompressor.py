@@ -103,7 +103,7 @@ def _zoo_case(entry: str):
     # Same shapes, other values: new image positions, no padding (a later calibration batch).
     other = spec.build_sample(model.config, batch_size=2, seq_len=5, num_images=1, left_padding=0,
                               generator=torch.Generator().manual_seed(1))
-    targets = list(getattr(spec, "ALL_DECODER_TARGETS", spec.DEFAULT_TARGETS))
+    targets = list(spec.targets(multimodal=True))
     return model, [sample, other], targets
 
 

@@ -64,13 +64,14 @@ def qwen2_vl_meta():
     import zoo
     from patcher.models import build_model, load_config
     from patcher.samples import sample_input
-    from zoo.qwen2_vl import recipe
+    from zoo._entries import recipe
 
     config = load_config("Qwen2-VL-2B-Instruct")
     model = build_model(zoo.TraceableQwen2VLForConditionalGeneration, config, "meta")
     sample = sample_input(config, multimodal=True, device="meta")
-    traced = patcher.trace_graph(model, sample, recipe.DEFAULT_TARGETS,
-                                 list(patcher.DEFAULT_IGNORE) + recipe.DEFAULT_IGNORE)
+    spec = recipe("qwen2_vl")
+    traced = patcher.trace_graph(model, sample, list(spec.default_targets),
+                                 list(patcher.DEFAULT_IGNORE) + list(spec.default_ignore))
     return model, traced, patcher.partition_graph(traced, model)
 
 

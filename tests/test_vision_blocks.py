@@ -11,6 +11,8 @@ values flowing between subgraphs.
 
 from __future__ import annotations
 
+import importlib
+
 import json
 
 import pytest
@@ -22,7 +24,7 @@ from patcher.attempt import default_targets
 from patcher.cli import main
 from zoo._entries import ENTRIES, recipe
 
-TRACEABLE = {entry: next(name for name in recipe(entry).EXPORTS if name.endswith("ForConditionalGeneration"))
+TRACEABLE = {entry: next(name for name in recipe(entry).exports if name.endswith("ForConditionalGeneration"))
              for entry in ENTRIES}
 
 
@@ -37,13 +39,13 @@ def _models(entry):
 def _text_targets(entry):
     spec = recipe(entry)
     # Mllama's cross-attention layers run with an image: they are text layers of the chain too.
-    return list(getattr(spec, "ALL_DECODER_TARGETS", spec.DEFAULT_TARGETS))
+    return list(spec.targets(multimodal=True))
 
 
 def _other_layout(entry) -> dict:
     spec = recipe(entry)
     config = spec.tiny_config()
-    first = spec.default_image_size(config)
+    first = importlib.import_module(f"zoo.{entry}.recipe").default_image_size(config)
     others = [size for size in spec.example_image_sizes(config) if tuple(size) != tuple(first)]
     return {"image_size": others[0]} if others else {"num_images": 2}
 
@@ -58,7 +60,7 @@ def test_vision_blocks_then_text_layers_in_one_chain_equal_eager(entry):
     spec = recipe(entry)
     original, traceable = _models(entry)
     vision = find_tower_blocks(traceable)
-    assert vision == spec.VISION_TARGETS  # found like the decoder layers, as the recipe says
+    assert vision == list(spec.vision_targets)  # found like the decoder layers, as the recipe says
     (tower,) = find_towers(traceable)
     text = _text_targets(entry)
     config = original.config
@@ -89,7 +91,7 @@ def test_each_vision_block_reads_the_previous_blocks_output_from_the_chain(entry
     spec = recipe(entry)
     _, traceable = _models(entry)
     sample = spec.build_sample(traceable.config, batch_size=1, seq_len=4, num_images=1)
-    subgraphs = trace_subgraphs(traceable, sample, spec.VISION_TARGETS + _text_targets(entry))
+    subgraphs = trace_subgraphs(traceable, sample, list(spec.vision_targets) + _text_targets(entry))
     (tower,) = find_towers(traceable)
     vision = [s for s in subgraphs if s.targets and s.targets[0].startswith(f"{tower}.")]
     for current, following in zip(vision, vision[1:]):
@@ -113,9 +115,9 @@ def test_cli_vision_blocks_on_a_saved_tiny_config(tmp_path, capsys):
     assert main(["trace", TRACEABLE["llava"], str(path), "--multimodal", "--vision-blocks"]) == 0
     out = capsys.readouterr().out
     model = spec.tiny_model()
-    blocks = _count(model, "model.vision_tower", spec.VISION_TARGETS)
+    blocks = _count(model, "model.vision_tower", spec.vision_targets)
     layers = sum(1 for module in model.modules() if type(module).__name__ in default_targets(model))
-    assert f"targets: {', '.join(spec.VISION_TARGETS + spec.DEFAULT_TARGETS)}" in out
+    assert f"targets: {', '.join([*spec.vision_targets, *spec.default_targets])}" in out
     assert f"Successfully traced model into {blocks + layers + 1} subgraphs!" in out
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib
 import json
 import warnings
+from pathlib import Path
 
 import transformers
 
-from ._entries import ZOO_DIR, source_stem
+from ._entries import ZOO_DIR, recipe_file, source_stem
 
 _LOADED: dict[str, object] = {}
 
@@ -30,6 +31,13 @@ class ZooRegeneratedWarning(UserWarning):
 def installed_transformers_version() -> str:
     # One place to read it, so tests can simulate another installed version.
     return transformers.__version__
+
+
+def regeneration_dir(entry: str, version: str) -> Path:
+    """Where ``entry`` regenerated for transformers ``version`` is written and imported from."""
+    from patcher.traceable import cache_root
+
+    return cache_root() / "zoo" / version / entry
 
 
 def committed_manifest(entry: str) -> dict:
@@ -70,7 +78,7 @@ def vanished_rewrites(old: dict, new: dict) -> list[str]:
 
 
 def _regenerate(entry: str, manifest: dict):
-    from patcher.traceable import cache_root, import_generated
+    from patcher.traceable import import_generated
 
     from ._generate import generate
 
@@ -78,8 +86,7 @@ def _regenerate(entry: str, manifest: dict):
     generated = None
     try:
         generated = generate(entry)
-        module = import_generated(generated.result.code, source_stem(entry),
-                                  cache_root() / "zoo" / installed / entry)
+        module = import_generated(generated.result.code, source_stem(entry), regeneration_dir(entry, installed))
     except Exception as exc:
         vanished = vanished_rewrites(manifest, generated.result.manifest) if generated else []
         detail = "\n".join(f"  - {line}" for line in vanished) or "  (no committed rewrite could be checked)"
@@ -87,7 +94,7 @@ def _regenerate(entry: str, manifest: dict):
             f"zoo entry {entry!r} was generated for transformers {manifest['transformers_version']}; regenerating "
             f"it for the installed {installed} failed: {exc.__class__.__name__}: {exc}\n"
             f"Rewrites that no longer apply:\n{detail}\n"
-            f"Install transformers=={manifest['transformers_version']} or update zoo/{entry}/recipe.py."
+            f"Install transformers=={manifest['transformers_version']} or update {recipe_file(entry)}."
         ) from exc
     vanished = vanished_rewrites(manifest, generated.result.manifest)
     note = f" {len(vanished)} committed rewrite(s) no longer apply: " + "; ".join(vanished) if vanished else ""

@@ -16,10 +16,10 @@ import torch
 
 from patcher.samples import text_sample
 
-from ._samples import check_counts as _check_counts
-from ._samples import image_sizes as _image_sizes
-from ._samples import pair as _pair
-from ._samples import token_rows as _token_rows
+from ._recipe_helpers import check_counts as _check_counts
+from ._recipe_helpers import image_sizes as _image_sizes
+from ._recipe_helpers import pair as _pair
+from ._recipe_helpers import token_rows as _token_rows
 
 
 def image_grid(config, image_size: int | Sequence[int]) -> tuple[int, int, int]:

@@ -2,27 +2,43 @@
 
 Regenerates each entry in memory from its recipe with the installed transformers and patcher,
 prints a unified diff for every file that differs from the committed one, and exits 1 if any
-does. ``--fix`` writes the regenerated files instead (atomically).
+does. ``--fix`` writes the regenerated files instead (atomically). The comparison is
+``patcher.files.stale_files``, the one behind ``patcher patch --check``.
+
+When the installed transformers is not the one the committed files were generated for, it says so
+first, once: both versions, and where importing the zoo puts its regenerated modules.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
 from ._entries import ENTRIES
 from ._generate import generate
 
 
-def stale_files(entries) -> list[tuple]:
-    stale = []
-    for entry in entries:
-        for path, text in generate(entry).paths().items():
-            current = path.read_text(encoding="utf-8") if path.is_file() else None
-            if current != text:
-                stale.append((path, current, text))
-    return stale
+def stale_files(entries) -> list:
+    """``patcher.files.StaleFile`` for every committed file of ``entries`` that is not fresh."""
+    from patcher.files import stale_files as stale
+
+    return [file for entry in entries for file in stale(generate(entry).paths())]
+
+
+def version_note(entries) -> str | None:
+    """A line when the installed transformers differs from the committed files' version."""
+    from ._loader import committed_manifest, installed_transformers_version, regeneration_dir
+
+    installed = installed_transformers_version()
+    moved = {entry: committed_manifest(entry)["transformers_version"] for entry in entries}
+    moved = {entry: version for entry, version in moved.items() if version != installed}
+    if not moved:
+        return None
+    committed = ", ".join(sorted(set(moved.values())))
+    cache = regeneration_dir("<entry>", installed)
+    return (f"zoo: {', '.join(moved)} committed for transformers {committed}, but {installed} is installed: "
+            f"importing an entry regenerates it into {cache} (with one warning); "
+            f"`bash scripts/check_zoo --fix` regenerates the committed files for {installed}.")
 
 
 def main(argv=None) -> int:
@@ -35,20 +51,22 @@ def main(argv=None) -> int:
     unknown = [entry for entry in args.entries if entry not in ENTRIES]
     if unknown:
         parser.error(f"unknown entries {unknown}; known: {', '.join(ENTRIES)}")
-    stale = stale_files(args.entries or list(ENTRIES))
+    entries = args.entries or list(ENTRIES)
+    note = version_note(entries)
+    if note:
+        print(note, file=sys.stderr)
+    stale = stale_files(entries)
     if not stale:
-        print(f"zoo is fresh ({len(args.entries or ENTRIES)} entries)")
+        print(f"zoo is fresh ({len(entries)} entries)")
         return 0
     from patcher.files import write_atomic
 
-    for path, current, text in stale:
+    for file in stale:
         if args.fix:
-            write_atomic(path, text)
-            print(f"wrote {path}")
+            write_atomic(file.path, file.generated)
+            print(f"wrote {file.path}")
         else:
-            old = (current or "").splitlines(keepends=True)
-            sys.stdout.writelines(difflib.unified_diff(old, text.splitlines(keepends=True),
-                                                       fromfile=f"{path} (committed)", tofile=f"{path} (generated)"))
+            sys.stdout.write(file.diff())
     if args.fix:
         return 0
     print(f"\n{len(stale)} zoo file(s) are stale: run `bash scripts/check_zoo --fix` and commit them.", file=sys.stderr)

@@ -245,17 +245,18 @@ def diagnose_symptom(message: str, line: str) -> tuple[Symptom, RuleSpec] | None
     return None
 
 
-def names_a_code(kind: str) -> bool:
-    """A location kind that names its rule (``TZ105``, ``tz105``) rather than a symptom."""
-    return kind.upper().startswith(CODE_PREFIX)
+def names_a_code(wanted: str) -> bool:
+    """What a location asks for names its rule (``TZ105``, ``tz105``) rather than a symptom."""
+    return wanted.upper().startswith(CODE_PREFIX)
 
 
-def rule_for_location(kind: str) -> str | None:
-    """The rule a targeted location asks for: a code as given, or the rule of a symptom key;
-    None: the statement at the line decides (a symptom with ``forces_rule=False``, ``bool``)."""
-    if names_a_code(kind):
-        return kind.upper()
+def rule_for_location(wanted: str) -> str | None:
+    """The rule a targeted location asks for (``wanted``: a rule code, or a symptom key): a code as
+    given, or the rule of a symptom key; None: the statement at the line decides (a symptom with
+    ``forces_rule=False``, ``bool``)."""
+    if names_a_code(wanted):
+        return wanted.upper()
     for symptom, spec in symptoms():
-        if symptom.key == kind and symptom.forces_rule:
+        if symptom.key == wanted and symptom.forces_rule:
             return spec.code
     return None

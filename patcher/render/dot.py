@@ -123,11 +123,11 @@ def _value_label(view: PartitionView, value: str, consumer: int) -> str:
 
 def _legend(collapsed: bool) -> list[str]:
     rows = []
-    kinds = [TARGET, MODULE, OPAQUE] + ([] if collapsed else [OP, ATTR])
-    for kind in kinds:
-        fill, border = COLORS[kind]
+    categories = [TARGET, MODULE, OPAQUE] + ([] if collapsed else [OP, ATTR])
+    for category in categories:
+        fill, border = COLORS[category]
         rows.append(f'<tr><td bgcolor="{fill}" color="{border}" border="1" width="18"></td>'
-                    f'<td align="left">{_h(LEGEND_TEXT[kind])}</td></tr>')
+                    f'<td align="left">{_h(LEGEND_TEXT[category])}</td></tr>')
     rows.append(f'<tr><td bgcolor="{IO_FILL}" color="{IO_BORDER}" border="1"></td>'
                 '<td align="left">model input / output</td></tr>')
     rows.append(f'<tr><td><font color="{CROSS_COLOR}"><b>&#8594;</b></font></td>'
@@ -143,17 +143,17 @@ def _legend(collapsed: bool) -> list[str]:
 
 # -- full mode ---------------------------------------------------------------------------------
 def _node_line(info) -> str:
-    fill, border = COLORS[info.kind]
-    if info.kind == TARGET:
+    fill, border = COLORS[info.category]
+    if info.category == TARGET:
         label = _Html(f"<b>{_h(info.label)}</b>" + (f'<br/><font point-size="9">{_h(info.detail)}</font>'
                                                        if info.detail else ""))
         return f"    {_q(_node_id(info.name))} " + _attrs(shape="box", style="filled,rounded,bold", fillcolor=fill,
                                                           color=border, penwidth=2, label=label, fontsize=13)
-    if info.kind == MODULE:
+    if info.category == MODULE:
         label = _Html(_h(info.label) + (f'<br/><font point-size="8">{_h(info.detail)}</font>' if info.detail else ""))
         return f"    {_q(_node_id(info.name))} " + _attrs(shape="box", style="filled", fillcolor=fill, color=border,
                                                           label=label, margin="0.12,0.06")
-    if info.kind == OPAQUE:
+    if info.category == OPAQUE:
         return f"    {_q(_node_id(info.name))} " + _attrs(shape="component", style="filled", fillcolor=fill,
                                                           color=border, label=info.label)
     return f"    {_q(_node_id(info.name))} " + _attrs(shape="box", style="rounded", color=border, label=info.label,
@@ -242,22 +242,22 @@ def _box_label(view: PartitionView, subgraph: Subgraph, shared_in: int = 0) -> _
     rows = [f'<tr><td align="left"><b>subgraph {subgraph.index}</b>'
             f'<font point-size="9" color="#666666">   {_h(note)}</font></td></tr>']
     fill, _ = COLORS[TARGET]
-    targets = [info for info in members if info.kind == TARGET]
+    targets = [info for info in members if info.category == TARGET]
     shown = [f"{info.label}" + (f" ({info.detail})" if info.detail else "") for info in targets]
     for text in _listing(shown, 4):
         rows.append(f'<tr><td align="left" bgcolor="{fill}"><b>{_h(text)}</b></td></tr>')
-    modules = [info.label for info in members if info.kind == MODULE]
+    modules = [info.label for info in members if info.category == MODULE]
     fill, _ = COLORS[MODULE]
     for text in _listing(modules):
         rows.append(f'<tr><td align="left" bgcolor="{fill}"><font point-size="10">{_h(text)}</font></td></tr>')
     opaque = []
     for info in members:
-        if info.kind == OPAQUE and info.label not in opaque:
+        if info.category == OPAQUE and info.label not in opaque:
             opaque.append(info.label)
     fill, _ = COLORS[OPAQUE]
     for text in _listing(opaque):
         rows.append(f'<tr><td align="left" bgcolor="{fill}"><font point-size="10">{_h(text)}</font></td></tr>')
-    ops = sum(1 for info in members if info.kind == OP)
+    ops = sum(1 for info in members if info.category == OP)
     if ops:
         rows.append(f'<tr><td align="left"><font point-size="9" color="#666666">+ {ops} other op{"s" if ops != 1 else ""}</font></td></tr>')
     return _Html('<table border="0" cellborder="0" cellspacing="1" cellpadding="2">' + "".join(rows) + "</table>")

@@ -33,7 +33,7 @@ class NodeInfo:
     """One computation node of the whole-model graph, placed in its subgraph."""
 
     name: str
-    kind: str
+    category: str  # TARGET, MODULE, OPAQUE, OP or ATTR: how the node is drawn
     subgraph: int
     label: str
     detail: str = ""  # e.g. the module class
@@ -67,8 +67,8 @@ class PartitionView:
     def roles(self, value: str, consumer: int) -> list[str]:
         """Argument names ``value`` is passed under to targets / opaque functions of ``consumer``."""
         roles: list[str] = []
-        readers = [node for node in self.nodes_of(consumer) if node.kind in (TARGET, OPAQUE)]
-        for node in sorted(readers, key=lambda n: n.kind != TARGET):
+        readers = [node for node in self.nodes_of(consumer) if node.category in (TARGET, OPAQUE)]
+        for node in sorted(readers, key=lambda n: n.category != TARGET):
             for name, role in node.inputs:
                 if name == value and role and role not in roles:
                     roles.append(role)
@@ -88,10 +88,10 @@ def build_view(subgraphs: Sequence[Subgraph], traced: TracedGraph | None = None,
         for node in subgraph.graph.nodes:
             if node.op not in ("call_module", "call_function", "call_method"):
                 continue
-            kind, label, detail = _describe(node, targets, modules)
+            category, label, detail = _describe(node, targets, modules)
             if node.op == "call_module" and detail:
                 classes[str(node.target)] = detail
-            info = NodeInfo(name=node.name, kind=kind, subgraph=subgraph.index, label=label, detail=detail)
+            info = NodeInfo(name=node.name, category=category, subgraph=subgraph.index, label=label, detail=detail)
             for value, role in _arguments(node, modules):
                 if value.op == "get_attr":
                     if value.target not in info.attrs:

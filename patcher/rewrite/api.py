@@ -14,9 +14,9 @@ from typing import Sequence
 
 import libcst as cst
 
-from ..files import write_pair_atomic
+from ..files import stale_files, write_pair_atomic
 from ..registry.rules import NO_RULE, RULES
-from . import header as hdr
+from . import file_header as hdr
 from .engine import Blocker, Rewrite, run_rules
 from .errors import PatchError
 from .imports import AbsoluteImports
@@ -39,6 +39,7 @@ class PatchResult:
     blockers: list[Blocker] = field(default_factory=list)
     source: str = ""
     output_path: Path | None = None
+    stale: list = field(default_factory=list)  # patch_file(check=True): files.StaleFile per stale output
 
     @property
     def changed(self) -> bool:
@@ -81,6 +82,7 @@ def patch_source(
     targets: Sequence[str] = (),
     ignore: Sequence[str] = (),
     locations: Sequence[tuple] = (),
+    provenance: Sequence[tuple[str, str]] = (),
 ) -> PatchResult:
     """Rewrite `source` (a modeling file's text) so that torch.fx can trace it.
 
@@ -88,9 +90,11 @@ def patch_source(
     absolute; without it, it is inferred from `source_path`'s packages. `targets`: class names of
     the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
     method names to call opaquely (added to ``rules.ignored_call.DEFAULT_IGNORE``). `locations`:
-    ``(lineno, kind_or_rule_code)`` pairs (lines of `source`) from tracer failures, rewritten even
+    ``(lineno, rule code or symptom key)`` pairs (lines of `source`) from tracer failures, rewritten even
     where static detection sees nothing; a string instead of a line number names a function or
-    method to wrap whole. Works on any Python source (no model-class check; see `patch_file`).
+    method to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
+    file and how to regenerate it (``("recipe", ...)``, ``("regenerate with", ...)``); re-patching
+    a patched file keeps its own. Works on any Python source (no model-class check; see `patch_file`).
 
     >>> r = patch_source("import torch\\ndef f(x: torch.Tensor):\\n    assert x.sum() > 0, 'empty'\\n    return x\\n")
     >>> [(w.code, w.function) for w in r.rewrites]
@@ -106,10 +110,11 @@ def patch_source(
     shown_file = fields.get("source file") or _display_file(source_path, module_name)
     filename = os.path.basename(shown_file) if shown_file != "<string>" else (
         (module_name.rsplit(".", 1)[-1] + ".py") if module_name else "<string>")
+    provenance = list(provenance) or [(name, fields[name]) for name in hdr.PROVENANCE_FIELDS if name in fields]
     _precheck(body, path=source_path or shown_file, offset=offset)
     try:
         return _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
-                             source_path)
+                             source_path, provenance)
     except RecursionError:
         line = _busiest_line(body) + offset
         raise PatchError("expression too long or too deeply nested for the patcher (Python recursion limit); "
@@ -172,7 +177,7 @@ def _busiest_line(body: str) -> int:
 
 
 def _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
-                  source_path) -> PatchResult:
+                  source_path, provenance) -> PatchResult:
     try:
         module = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:
@@ -187,7 +192,7 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
     new_module, state = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=shifted)
     if state.containers_changed:
         new_module = _settle(body, new_module, state, filename=filename, targets=targets, ignore=ignore)
-    out_body = new_module.code
+    out_body = hdr.mark_upstream_notes(new_module.code, file=filename)
     for b in state.blockers:
         b.line += offset
     for r in state.rewrites:
@@ -196,13 +201,17 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
         state.blockers.append(Blocker(filename, 0, NO_RULE, "import",
                                       "relative import left as is: the source module's package is unknown"))
     rules = hdr.rules_in(out_body)
-    code = hdr.make_header(module=module_name or "<unknown>", file=shown_file, rules=rules) + out_body
+    code = hdr.make_header(module=module_name or "<unknown>", file=shown_file, rules=rules,
+                           provenance=provenance) + out_body
     manifest = {
         "source_module": module_name,
         "source_file": shown_file,
         "transformers_version": hdr.transformers_version(),
         "patcher_version": hdr.patcher_version(),
         "rules_applied": rules,
+        # the options the file was generated with: a manifest alone says how to regenerate it
+        "patch_targets": list(targets),
+        "patch_ignore": list(ignore),
         "rule_descriptions": {code: spec.summary for code, spec in RULES.items()},
         "imports_made_absolute": imports.changed,
         "rewrites": [r.as_dict() for r in state.rewrites],
@@ -316,6 +325,7 @@ def patch_file(
     force: bool = False,
     check: bool = False,
     locations: Sequence[tuple] = (),
+    provenance: Sequence[tuple[str, str]] = (),
 ) -> PatchResult:
     """Patch a modeling file and write ``<output_dir>/<stem>.py`` and ``<stem>.manifest.json``.
 
@@ -323,7 +333,9 @@ def patch_file(
     Both files are written atomically (temp file + ``os.replace``). An existing output without
     the generated header is not overwritten unless `force`. With `check`, nothing is written:
     ``result.output_path`` says where it would go, and ``result.manifest["up_to_date"]`` whether
-    the file there already equals the generated code. Raises `PatchError` (nothing written) for a
+    both files there already equal what would be written (``result.stale``: those that do not).
+    `provenance`: header lines naming what made the file (see `patch_source`); without it, an
+    existing generated output keeps its own. Raises `PatchError` (nothing written) for a
     missing file, a syntax error, a module without nn.Module/PreTrainedModel classes, or an
     output that is not ours.
 
@@ -334,7 +346,7 @@ def patch_file(
     path, module_name = _locate(module_or_path)
     source = read_source(path)
     result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
-                          ignore=ignore, locations=locations)
+                          ignore=ignore, locations=locations, provenance=provenance)
     _, body = hdr.split_header(source)
     if not _has_model_classes(cst.parse_module(body)):
         raise PatchError("no model classes (no nn.Module / PreTrainedModel subclasses) in this module",
@@ -349,15 +361,20 @@ def patch_file(
             raise PatchError("output path exists and is not a file: move it away or choose another -o folder",
                              path=str(target), line=0)
     existing = _read_existing(out)
+    if not provenance and existing is not None:  # regenerating a file keeps what it says made it
+        fields, _ = hdr.split_header(existing)
+        provenance = [(name, fields[name]) for name in hdr.PROVENANCE_FIELDS if name in fields]
+        if provenance:
+            result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
+                                  ignore=ignore, locations=locations, provenance=provenance)
+            result.output_path = out
     manifest_text = _read_existing(manifest_path)
-    result.manifest["code_sha256"] = _sha256(result.code)
+    generated = generated_files(result, out)
     if check:
-        # the pair is current only if the manifest is ours and records this very .py (a kill between
-        # the two renames leaves a new .py with the old manifest: stale)
-        recorded = _manifest_hash(manifest_text) if manifest_text is not None else None
-        result.manifest["up_to_date"] = (existing == result.code and manifest_text is not None
-                                         and _is_our_manifest(manifest_text)
-                                         and recorded in (None, _sha256(existing)))
+        # the pair is current only if both files are what would be written now (a kill between
+        # the two renames leaves a new .py with the old manifest, whose code_sha256 differs: stale)
+        result.stale = stale_files(generated)
+        result.manifest["up_to_date"] = not result.stale
         result.source = existing if existing is not None else ""
         return result
     if existing is not None and not hdr.has_header(existing) and not force:
@@ -367,13 +384,22 @@ def patch_file(
         raise PatchError("manifest file exists and was not written by the patcher; move it away, choose another "
                          "-o folder, or overwrite it with --force (force=True)", path=str(manifest_path), line=1)
     try:
-        write_pair_atomic([(manifest_path, json.dumps(result.manifest, indent=2, sort_keys=True) + "\n"),
-                           (out, result.code)])
+        write_pair_atomic([(manifest_path, generated[manifest_path]), (out, generated[out])])
     except OSError as exc:
         raise PatchError(f"cannot write the output ({exc.strerror or exc}): check the folder's permissions and "
                          "free space, or choose another -o folder; nothing was written",
                          path=str(exc.filename or out), line=0) from None
     return result
+
+
+def generated_files(result: PatchResult, out: Path) -> dict[Path, str]:
+    """What patching writes: ``out`` (the code) and its manifest, which records the code's hash so
+    that a pair torn apart by a kill between the two renames is seen as stale."""
+    manifest = dict(result.manifest, code_sha256=_sha256(result.code))
+    manifest.pop("up_to_date", None)
+    result.manifest["code_sha256"] = manifest["code_sha256"]
+    manifest_path = out.with_name(f"{out.stem}.manifest.json")
+    return {manifest_path: json.dumps(manifest, indent=2, sort_keys=True) + "\n", out: result.code}
 
 
 def _sha256(text: str | None) -> str | None:
@@ -402,11 +428,6 @@ def _manifest_json(text: str):
 def _is_our_manifest(text: str) -> bool:
     data = _manifest_json(text)
     return data is not None and "patcher_version" in data and "rules_applied" in data
-
-
-def _manifest_hash(text: str) -> str | None:
-    data = _manifest_json(text)
-    return data.get("code_sha256") if data is not None else None
 
 
 def _check_output_folder(folder: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .names import name_use
+from .name_use import name_use
 
 _EVERYTHING = None  # "terminates": every name counts as bound afterwards (code after is unreachable)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..registry.rules import RULES
 from .errors import PatchError
+from .file_header import split_header
 from .rules.ignored_call import DEFAULT_IGNORE
 
 EPILOG = """\
@@ -34,8 +35,9 @@ examples:
   # keep extra functions/methods as single opaque calls (added to: {ignore})
   patcher patch path/to/modeling_custom.py -o patched --ignore build_mask get_positions
 
-  # CI: fail (exit 1, diff printed) when a committed patched file is stale
-  patcher patch transformers.models.llava.modeling_llava -o zoo/llava --check
+  # CI: fail (exit 1, diff printed) when a committed patched file is stale (the same check as
+  # scripts/check_zoo: the options must be the recipe's, see the manifest's patch_targets)
+  patcher patch transformers.models.gemma3.modeling_gemma3 -o zoo/gemma3 --targets Gemma3DecoderLayer --check
 
 exit status: 0 ok, 1 --check found a stale file, 2 bad input (nothing written).
 An existing output file is only overwritten when it carries the generated header (or --force).
@@ -113,11 +115,12 @@ def run_patch(args: argparse.Namespace) -> int:
         if result.manifest.get("up_to_date"):
             print(f"{out}: up to date")
             return 0
-        current = result.source.splitlines(True)
-        print("".join(difflib.unified_diff(current, result.code.splitlines(True),
-                                           fromfile=f"{out} (on disk)", tofile=f"{out} (generated)")), end="")
-        print(f"{out}: stale (or missing); regenerate with: patcher patch {args.module} -o {args.output_dir}",
-              file=sys.stderr)
+        for stale in result.stale:
+            print(stale.diff(), end="")
+        names = ", ".join(str(stale.path) for stale in result.stale)
+        command = split_header(result.source)[0].get("regenerate with") or \
+            f"patcher patch {args.module} -o {args.output_dir}"
+        print(f"{names}: stale (or missing); regenerate with: {command}", file=sys.stderr)
         return 1
     if args.diff:
         print(result.diff(fromfile=f"{args.module} (original)", tofile=str(out)), end="")

@@ -12,7 +12,7 @@ from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
-from .naming import Namer
+from .wrapper_names import Namer
 from .opaque_results import tests_none_of
 from .traced_items import truth_tests_item
 from .positions import positions_of
@@ -41,7 +41,7 @@ class ModuleState:
     ignore: set[str]
     redirect_methods: dict[str, str]  # method name -> rule code (whole-method wrap)
     targets: TargetIndex
-    locations: dict[int, str]  # line -> kind or rule code
+    locations: dict[int, str]  # line -> the rule code or symptom key a tracer failure asks for
     existing_wrapped: set[str]
     wrapped_defs: dict
     has_torch: bool

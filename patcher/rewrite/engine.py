@@ -18,9 +18,9 @@ from ..registry.wrapped import forwarder_name
 from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
 from .detect import find_issues, iter_statements
-from .names import function_body_use, param_list
+from .name_use import function_body_use, param_list
 from . import opaque_results, traced_items
-from .naming import Namer
+from .wrapper_names import Namer
 from .records import Blocker, Rewrite
 from .rules import EXPRESSION_RULES, HOIST_RULES
 from .rules.ignored_call import DEFAULT_IGNORE
@@ -332,11 +332,11 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     ignore_set = set(DEFAULT_IGNORE) | set(ignore)
     line_locs: dict[int, str] = {}
     for loc in locations:
-        where, kind = loc[0], (loc[1] if len(loc) > 1 else "bool")
+        where, wanted = loc[0], (loc[1] if len(loc) > 1 else "bool")  # wanted: a rule code or symptom key
         if isinstance(where, str) and not where.isdigit():
             ignore_set.add(where.rsplit(".", 1)[-1])
         else:
-            line_locs[int(where)] = str(kind)
+            line_locs[int(where)] = str(wanted)
     index = TargetIndex(module, targets)
     redirect = dict(redirect) if redirect is not None else whole_method_candidates(module, index, wrapped_defs)
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
@@ -360,6 +360,6 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
 
 
 def function_body_use_stmt(stmt: cst.CSTNode) -> set[str]:
-    from .names import name_use
+    from .name_use import name_use
 
     return set(name_use(stmt).writes)

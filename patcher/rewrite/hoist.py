@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from .bound import writes_first
-from .names import name_use
+from .name_use import name_use
 from .walk import descendants
 
 NOTE_HELPER = "_tz_note"

@@ -16,7 +16,7 @@ from typing import Callable
 
 import libcst as cst
 
-from .names import name_use
+from .name_use import name_use
 from .walk import descendants
 
 

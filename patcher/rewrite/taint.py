@@ -16,7 +16,7 @@ import libcst as cst
 
 from .walk import children, descendants
 
-from .names import param_list
+from .name_use import param_list
 
 VALUE = 2
 META = 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .names import name_use
+from .name_use import name_use
 from .taint import VALUE, Taint
 from .walk import descendants
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from patcher.rewrite.header import split_header
+from patcher.rewrite.file_header import split_header
 
 
 def changed_original_lines(original: str, patched: str) -> set[int]:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 
 from rewrite._fixture_runtime import assert_same, build, call, load, patch_options, trace
 from patcher.rewrite import patch_source
-from patcher.rewrite.header import split_header
+from patcher.rewrite.file_header import split_header
 from patcher.rewrite.rules import ALL_RULES
 
 FIXTURES = Path(__file__).parent / "fixtures"

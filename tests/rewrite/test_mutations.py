@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from patcher.rewrite.hoist import hoist
-from patcher.rewrite.names import name_use
+from patcher.rewrite.name_use import name_use
 
 FORMS = {
     "item assignment": "box['image'] = x",

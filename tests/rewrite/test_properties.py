@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rewrite._helpers import unexplained_changes
 from patcher.rewrite import PatchError, patch_source
-from patcher.rewrite.header import split_header
+from patcher.rewrite.file_header import split_header
 
 UNTRACEABLE = [
     "assert x.sum() > 0, f'bad {x.shape}'",

@@ -93,6 +93,6 @@ def test_a_vlm_traced_on_text_refuses_images():
     model = spec.tiny_model()
     text = spec.build_sample(model.config, batch_size=1, seq_len=6, multimodal=False)
     images = spec.build_sample(model.config, batch_size=1, seq_len=6)
-    subgraphs = trace_subgraphs(model, text, list(spec.DEFAULT_TARGETS))
+    subgraphs = trace_subgraphs(model, text, list(spec.default_targets))
     with pytest.raises(InputMismatchError, match=r"'pixel_values'.*trace with a sample that has it"):
         run_subgraphs(model, subgraphs, images)

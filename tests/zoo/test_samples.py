@@ -36,6 +36,8 @@ from zoo.qwen2_vl import recipe as qwen2_vl
 
 # Every zoo entry, so a new one is checked here from the start (its layout needs its own checks below).
 RECIPES = {entry: recipe(entry) for entry in ENTRIES}
+#: The recipe modules, for the layout helpers a family has beyond the declared recipe (image grids).
+MODULES = {"gemma3": gemma3, "llava": llava, "mllama": mllama, "qwen2_5_vl": qwen2_5_vl, "qwen2_vl": qwen2_vl}
 QWEN = ("qwen2_vl", "qwen2_5_vl")  # same sample layout: vision_start + image tokens + vision_end
 
 # bundled config name -> (recipe, model class, expected decoder layer counts)
@@ -58,7 +60,7 @@ def tiny(name: str, device: str) -> torch.nn.Module:
 def image_span(name: str, config, size) -> int:
     """Tokens one image adds to the text."""
     if name in QWEN:
-        return RECIPES[name].image_token_count(config, size) + 2  # vision_start ... vision_end
+        return MODULES[name].image_token_count(config, size) + 2  # vision_start ... vision_end
     if name == "mllama":
         return 1
     if name == "gemma3":
@@ -105,7 +107,7 @@ def check_layout(name: str, config, sample: dict, args: dict) -> None:
 
     if name in QWEN:
         vision = config.vision_config
-        grids = [RECIPES[name].image_grid(config, size) for size in sizes] * batch_size
+        grids = [MODULES[name].image_grid(config, size) for size in sizes] * batch_size
         assert sample["image_grid_thw"].tolist() == [list(grid) for grid in grids]
         patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
         assert sample["pixel_values"].shape == (sum(t * h * w for t, h, w in grids), patch_dim)
@@ -191,8 +193,8 @@ def test_sample_is_reproducible_and_text_only_is_text_sample(name):
 def test_tiny_model_is_seeded_awake_and_takes_a_class(name):
     recipe = RECIPES[name]
     model = recipe.tiny_model(seed=1)
-    again = recipe.tiny_model(seed=1, model_class=recipe.MODEL_CLASS)
-    assert type(model).__name__ == recipe.MODEL_CLASS and not model.training
+    again = recipe.tiny_model(seed=1, model_class=recipe.model_class)
+    assert type(model).__name__ == recipe.model_class and not model.training
     zero = [n for n, p in model.named_parameters() if not p.any()]
     assert not zero, f"dead parameters: {zero}"
     for (name_a, a), (name_b, b) in zip(model.state_dict().items(), again.state_dict().items()):
@@ -230,11 +232,11 @@ def test_real_config_builds_on_meta_with_its_layers(config_name):
     model = build_model(getattr(transformers, class_name), config, "meta")
     counts = collections.Counter(type(module).__name__ for module in model.modules())
     assert {layer: counts[layer] for layer in expected} == expected
-    targets = RECIPES[name].DEFAULT_TARGETS
+    targets = RECIPES[name].default_targets
     layers = {"qwen2_vl": 28, "qwen2_5_vl": 28, "mllama": 32, "llava": 32, "gemma3": 34}[name]
     assert sum(counts[target] for target in targets) == layers
     modeling = sys.modules[type(model).__module__]
-    for entry in RECIPES[name].DEFAULT_IGNORE:  # entries name real modules, methods or functions
+    for entry in RECIPES[name].default_ignore:  # entries name real modules, methods or functions
         if entry.startswith("re:"):
             assert any(re.fullmatch(entry[3:], qualified) for qualified, _ in model.named_modules()), entry
         else:

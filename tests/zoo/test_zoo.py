@@ -28,13 +28,12 @@ ORIGINAL_TRACES = {
 
 
 def ignore_for(entry):
-    return DEFAULT_IGNORE + tuple(recipe(entry).DEFAULT_IGNORE)
+    return DEFAULT_IGNORE + tuple(recipe(entry).default_ignore)
 
 
 def targets_for(entry, multimodal):
-    spec = recipe(entry)
     # Mllama's cross-attention layers only run with an image: cut at them too when there is one.
-    return getattr(spec, "ALL_DECODER_TARGETS", spec.DEFAULT_TARGETS) if multimodal else spec.DEFAULT_TARGETS
+    return list(recipe(entry).targets(multimodal))
 
 
 _MODELS: dict = {}
@@ -106,13 +105,13 @@ def test_original_fails_to_trace_multimodal_and_traceable_passes(entry):
     spec = recipe(entry)
     original, traceable = models(entry)
     sample = spec.build_sample(original.config, batch_size=1, seq_len=4, num_images=1)
-    expected = 1 + sum(type(module).__name__ in spec.DEFAULT_TARGETS for module in original.modules())
+    expected = 1 + sum(type(module).__name__ in spec.default_targets for module in original.modules())
     if entry in ORIGINAL_TRACES:
-        assert len(trace_subgraphs(original, sample, spec.DEFAULT_TARGETS, ignore=DEFAULT_IGNORE)) == expected
+        assert len(trace_subgraphs(original, sample, spec.default_targets, ignore=DEFAULT_IGNORE)) == expected
     else:
         with pytest.raises(UntraceableCodeError):
-            trace_subgraphs(original, sample, spec.DEFAULT_TARGETS, ignore=DEFAULT_IGNORE)
-    assert len(trace_subgraphs(traceable, sample, spec.DEFAULT_TARGETS, ignore=DEFAULT_IGNORE)) == expected
+            trace_subgraphs(original, sample, spec.default_targets, ignore=DEFAULT_IGNORE)
+    assert len(trace_subgraphs(traceable, sample, spec.default_targets, ignore=DEFAULT_IGNORE)) == expected
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
@@ -160,7 +159,7 @@ def test_zoo_files_are_fresh():
     from zoo.check import stale_files
 
     stale = stale_files(list(ENTRIES))
-    assert not stale, f"stale zoo files: {[str(path) for path, _, _ in stale]}; run `bash scripts/check_zoo --fix`"
+    assert not stale, f"stale zoo files: {[str(file.path) for file in stale]}; run `bash scripts/check_zoo --fix`"
 
 
 def test_other_transformers_version_regenerates_once(monkeypatch, tmp_path):
@@ -169,8 +168,10 @@ def test_other_transformers_version_regenerates_once(monkeypatch, tmp_path):
     monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
     monkeypatch.setattr(_loader, "installed_transformers_version", lambda: "5.99.0")
     monkeypatch.setattr(_loader, "_LOADED", {})
-    with pytest.warns(_loader.ZooRegeneratedWarning, match="generated for transformers 5.23.0 but 5.99.0"):
+    with pytest.warns(_loader.ZooRegeneratedWarning, match="generated for transformers 5.23.0 but 5.99.0") as said:
         module = _loader.load_entry("llava")
+    assert str(_loader.regeneration_dir("llava", "5.99.0")) in str(said[0].message)  # and where it went
+    assert _loader.regeneration_dir("llava", "5.99.0").is_relative_to(tmp_path)
     # regenerated, not the committed module (an identical earlier generation may be reused)
     assert module.__name__.startswith("_tracezoo_generated_modeling_llava")
     assert module.LlavaForConditionalGeneration.__name__ == "LlavaForConditionalGeneration"

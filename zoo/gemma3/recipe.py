@@ -13,7 +13,8 @@ subgraph per decoder layer, and to test that:
   model then lets the tokens of one image attend to each other bidirectionally) and
   ``pixel_values`` ``(batch_size * num_images, C, S, S)`` (SigLIP has a fixed input size ``S``).
   Registered for ``model_type == "gemma3"``.
-- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+- :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
+  from, what to cut at and what to keep opaque.
 
 Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's span is
 ``mm_tokens_per_image + 2`` tokens, so ``input_ids.shape[1] == seq_len + num_images * span``;
@@ -29,40 +30,14 @@ from transformers import Gemma3Config
 
 from patcher.samples import register_multimodal_sample, text_sample
 
-from .._samples import check_counts as _check_counts
-from .._samples import image_sizes as _image_sizes
-from .._samples import tiny_model as _tiny_model
-from .._samples import token_rows as _token_rows
+from .._recipe import Recipe
+from .._recipe_helpers import check_counts as _check_counts
+from .._recipe_helpers import image_sizes as _image_sizes
+from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "gemma3"
 MODEL_CLASS = "Gemma3ForConditionalGeneration"
-
-# -- generation: what the patcher is given beyond its defaults ------------------------------
-#: The modeling module the zoo entry is generated from.
-SOURCE_MODULE = "transformers.models.gemma3.modeling_gemma3"
-#: zoo export name -> class of the generated module (same name as the original class).
-EXPORTS = {
-    "TraceableGemma3ForConditionalGeneration": "Gemma3ForConditionalGeneration",
-    "TraceableGemma3Model": "Gemma3Model",
-}
-#: Module classes the patcher must never hide inside wrapped code.
-PATCH_TARGETS: list[str] = ["Gemma3DecoderLayer"]
-#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
-PATCH_IGNORE: list[str] = []
-
-#: One subgraph per text decoder layer.
-DEFAULT_TARGETS: list[str] = ["Gemma3DecoderLayer"]
-
-#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps the mask builders, including
-#: ``create_masks_for_vision_model``, opaque). The SigLIP tower and the projector are no ancestors of
-#: a target, so each is a single call anyway; naming them keeps them opaque whatever the targets.
-#: ``get_image_features`` sets an attribute on the tower's output (``pooler_output``), which a traced
-#: value cannot hold: one opaque call.
-DEFAULT_IGNORE: list[str] = [
-    "re:model\\.vision_tower",
-    "re:model\\.multi_modal_projector",
-    "get_image_features",
-]
 
 #: Opt-in: the vision tower's blocks as sequential targets too (SigLIP's encoder layers): one
 #: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
@@ -164,8 +139,35 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-__all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
-    "example_image_sizes",
-    "image_token_count", "tiny_config", "tiny_model",
-]
+RECIPE = Recipe(
+    model_type=MODEL_TYPE,
+    model_class=MODEL_CLASS,
+    # The modeling module the zoo entry is generated from.
+    source_module="transformers.models.gemma3.modeling_gemma3",
+    # zoo export name -> class of the generated module (same name as the original class).
+    exports={
+        "TraceableGemma3ForConditionalGeneration": "Gemma3ForConditionalGeneration",
+        "TraceableGemma3Model": "Gemma3Model",
+    },
+    # Module classes the patcher must never hide inside wrapped code.
+    patch_targets=["Gemma3DecoderLayer"],
+    # One subgraph per text decoder layer.
+    default_targets=["Gemma3DecoderLayer"],
+    # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps the mask builders, including
+    # ``create_masks_for_vision_model``, opaque). The SigLIP tower and the projector are no ancestors of
+    # a target, so each is a single call anyway; naming them keeps them opaque whatever the targets.
+    # ``get_image_features`` sets an attribute on the tower's output (``pooler_output``), which a traced
+    # value cannot hold: one opaque call.
+    default_ignore=[
+        "re:model\\.vision_tower",
+        "re:model\\.multi_modal_projector",
+        "get_image_features",
+    ],
+    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
+    vision_targets=VISION_TARGETS,
+    vision_ignore=VISION_IGNORE,
+    tiny_config=tiny_config,
+    tiny_model=tiny_model,
+    build_sample=build_sample,
+    example_image_sizes=example_image_sizes,
+)

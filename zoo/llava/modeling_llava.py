@@ -5,6 +5,8 @@
 # transformers version: 5.23.0
 # patcher version: 0.1.0
 # rules applied: TZ102, TZ103
+# recipe: zoo/llava/recipe.py
+# regenerate with: bash scripts/check_zoo --fix llava
 
 # Copyright 2023 the HuggingFace Inc. team. All rights reserved.
 #

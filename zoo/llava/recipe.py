@@ -11,7 +11,8 @@ and to test that:
   ``attention_mask`` and ``pixel_values`` ``(batch_size * num_images, C, S, S)`` (``S =
   vision_config.image_size``: CLIP has a fixed input size). Registered for ``model_type ==
   "llava"``.
-- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+- :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
+  from, what to cut at and what to keep opaque.
 
 Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's
 span is its run of image tokens, so ``input_ids.shape[1] == seq_len + num_images *
@@ -27,39 +28,14 @@ from transformers import LlavaConfig
 
 from patcher.samples import register_multimodal_sample, text_sample
 
-from .._samples import check_counts as _check_counts
-from .._samples import image_sizes as _image_sizes
-from .._samples import tiny_model as _tiny_model
-from .._samples import token_rows as _token_rows
+from .._recipe import Recipe
+from .._recipe_helpers import check_counts as _check_counts
+from .._recipe_helpers import image_sizes as _image_sizes
+from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "llava"
 MODEL_CLASS = "LlavaForConditionalGeneration"
-
-# -- generation: what the patcher is given beyond its defaults ------------------------------
-#: The modeling module the zoo entry is generated from.
-SOURCE_MODULE = "transformers.models.llava.modeling_llava"
-#: zoo export name -> class of the generated module (same name as the original class).
-EXPORTS = {
-    "TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
-    "TraceableLlavaModel": "LlavaModel",
-}
-#: Module classes the patcher must never hide inside wrapped code.
-PATCH_TARGETS: list[str] = ["LlamaDecoderLayer"]
-#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
-PATCH_IGNORE: list[str] = []
-
-#: One subgraph per text decoder layer (the text model is a plain Llama).
-DEFAULT_TARGETS: list[str] = ["LlamaDecoderLayer"]
-
-#: Additions to ``patcher.DEFAULT_IGNORE``. The CLIP tower ``model.vision_tower`` and the projector
-#: are no ancestors of a target, so each is a single call anyway; naming them keeps them opaque
-#: whatever the targets. ``get_image_features`` ends with ``list(image_features)`` (iterating a
-#: proxy; the image count would be baked): one opaque call.
-DEFAULT_IGNORE: list[str] = [
-    "re:model\\.vision_tower",
-    "re:model\\.multi_modal_projector",
-    "get_image_features",
-]
 
 #: Opt-in: the vision tower's blocks as sequential targets too (CLIP's hidden-state capture on them is replayed on their graph values, so
 #: ``vision_feature_layer`` picks the same layer as in eager): one
@@ -161,8 +137,34 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-__all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
-    "example_image_sizes",
-    "image_token_count", "tiny_config", "tiny_model",
-]
+RECIPE = Recipe(
+    model_type=MODEL_TYPE,
+    model_class=MODEL_CLASS,
+    # The modeling module the zoo entry is generated from.
+    source_module="transformers.models.llava.modeling_llava",
+    # zoo export name -> class of the generated module (same name as the original class).
+    exports={
+        "TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
+        "TraceableLlavaModel": "LlavaModel",
+    },
+    # Module classes the patcher must never hide inside wrapped code.
+    patch_targets=["LlamaDecoderLayer"],
+    # One subgraph per text decoder layer (the text model is a plain Llama).
+    default_targets=["LlamaDecoderLayer"],
+    # Additions to ``patcher.DEFAULT_IGNORE``. The CLIP tower ``model.vision_tower`` and the projector
+    # are no ancestors of a target, so each is a single call anyway; naming them keeps them opaque
+    # whatever the targets. ``get_image_features`` ends with ``list(image_features)`` (iterating a
+    # proxy; the image count would be baked): one opaque call.
+    default_ignore=[
+        "re:model\\.vision_tower",
+        "re:model\\.multi_modal_projector",
+        "get_image_features",
+    ],
+    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
+    vision_targets=VISION_TARGETS,
+    vision_ignore=VISION_IGNORE,
+    tiny_config=tiny_config,
+    tiny_model=tiny_model,
+    build_sample=build_sample,
+    example_image_sizes=example_image_sizes,
+)

@@ -5,6 +5,8 @@
 # transformers version: 5.23.0
 # patcher version: 0.1.0
 # rules applied: TZ103, TZ104, TZ105, TZ106
+# recipe: zoo/mllama/recipe.py
+# regenerate with: bash scripts/check_zoo --fix mllama
 
 # Copyright 2024 the HuggingFace Inc. team. All rights reserved.
 #

@@ -18,9 +18,10 @@ layer, and to test that:
   max_num_tiles)`` built with the processor's own functions (from an image token on, text attends
   to that image's valid tiles, up to the next image token; consecutive image tokens share the rest
   of the text). Registered for ``model_type == "mllama"``.
-- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque. The
-  cross-attention layers are an opt-in target (:data:`CROSS_ATTENTION_TARGETS`): they are skipped
-  on text-only inputs, so a text-only calibration never reaches them.
+- :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
+  from, what to cut at and what to keep opaque. The cross-attention layers are an opt-in target
+  (:data:`CROSS_ATTENTION_TARGETS`, in ``RECIPE.multimodal_targets``): they are skipped on
+  text-only inputs, so a text-only calibration never reaches them.
 
 Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here: an image's
 span is its single ``<|image|>`` token, so ``input_ids.shape[1] == seq_len + num_images``, and
@@ -43,44 +44,21 @@ from transformers.models.mllama.processing_mllama import (
 
 from patcher.samples import register_multimodal_sample, text_sample
 
-from .._samples import check_counts as _check_counts
-from .._samples import image_sizes as _image_sizes
-from .._samples import pair as _pair
-from .._samples import tiny_model as _tiny_model
-from .._samples import token_rows as _token_rows
+from .._recipe import Recipe
+from .._recipe_helpers import check_counts as _check_counts
+from .._recipe_helpers import image_sizes as _image_sizes
+from .._recipe_helpers import pair as _pair
+from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "mllama"
 MODEL_CLASS = "MllamaForConditionalGeneration"
-
-# -- generation: what the patcher is given beyond its defaults ------------------------------
-#: The modeling module the zoo entry is generated from.
-SOURCE_MODULE = "transformers.models.mllama.modeling_mllama"
-#: zoo export name -> class of the generated module (same name as the original class).
-EXPORTS = {
-    "TraceableMllamaForConditionalGeneration": "MllamaForConditionalGeneration",
-    "TraceableMllamaModel": "MllamaModel",
-}
-#: Module classes the patcher must never hide inside wrapped code.
-PATCH_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"]
-#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
-PATCH_IGNORE: list[str] = []
 
 #: One subgraph per self-attention decoder layer; the cross-attention layers stay inside them.
 DEFAULT_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer"]
 #: Opt-in: add these to cut at the cross-attention layers too (they only run when an image, or a
 #: cache holding one, is given).
 CROSS_ATTENTION_TARGETS: list[str] = ["MllamaCrossAttentionDecoderLayer"]
-ALL_DECODER_TARGETS: list[str] = DEFAULT_TARGETS + CROSS_ATTENTION_TARGETS
-
-#: Additions to ``patcher.DEFAULT_IGNORE``. The vision model ``model.vision_model`` is no ancestor
-#: of a target, so it is a single call anyway; naming it keeps it opaque whatever the targets.
-#: ``_prepare_cross_attention_mask`` unpacks the mask's shape with a star and builds the inverted
-#: mask: one opaque call. (``MllamaModel.forward``'s ``if cross_attention_mask.shape[1] != seq_len``
-#: is a shape branch that needs a rewrite, not an ignore entry.)
-DEFAULT_IGNORE: list[str] = [
-    "re:model\\.vision_model",
-    "_prepare_cross_attention_mask",
-]
 
 #: Opt-in: the vision tower's blocks as sequential targets too (the local layers, then the gated global ones: one class): one
 #: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
@@ -234,8 +212,35 @@ def build_sample(
     return {name: value.to(device) for name, value in sample.items()}
 
 
-__all__ = [
-    "ALL_DECODER_TARGETS", "CROSS_ATTENTION_TARGETS", "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS",
-    "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "aspect_ratio", "aspect_ratio_id", "build_sample", "default_image_size", "image_token_count",
-    "example_image_sizes", "supported_image_sizes", "tiny_config", "tiny_model",
-]
+RECIPE = Recipe(
+    model_type=MODEL_TYPE,
+    model_class=MODEL_CLASS,
+    # The modeling module the zoo entry is generated from.
+    source_module="transformers.models.mllama.modeling_mllama",
+    # zoo export name -> class of the generated module (same name as the original class).
+    exports={
+        "TraceableMllamaForConditionalGeneration": "MllamaForConditionalGeneration",
+        "TraceableMllamaModel": "MllamaModel",
+    },
+    # Module classes the patcher must never hide inside wrapped code.
+    patch_targets=["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"],
+    default_targets=DEFAULT_TARGETS,
+    # With images: cut at the cross-attention layers too.
+    multimodal_targets=[*DEFAULT_TARGETS, *CROSS_ATTENTION_TARGETS],
+    # Additions to ``patcher.DEFAULT_IGNORE``. The vision model ``model.vision_model`` is no ancestor
+    # of a target, so it is a single call anyway; naming it keeps it opaque whatever the targets.
+    # ``_prepare_cross_attention_mask`` unpacks the mask's shape with a star and builds the inverted
+    # mask: one opaque call. (``MllamaModel.forward``'s ``if cross_attention_mask.shape[1] != seq_len``
+    # is a shape branch that needs a rewrite, not an ignore entry.)
+    default_ignore=[
+        "re:model\\.vision_model",
+        "_prepare_cross_attention_mask",
+    ],
+    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
+    vision_targets=VISION_TARGETS,
+    vision_ignore=VISION_IGNORE,
+    tiny_config=tiny_config,
+    tiny_model=tiny_model,
+    build_sample=build_sample,
+    example_image_sizes=example_image_sizes,
+)

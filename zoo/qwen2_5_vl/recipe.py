@@ -13,7 +13,8 @@ layer, and to test that:
   ``image_grid_thw``. Registered for ``model_type == "qwen2_5_vl"`` so
   ``patcher.samples.multimodal_sample`` finds it. Images only: no video, so no
   ``second_per_grid_ts``.
-- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+- :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
+  from, what to cut at and what to keep opaque.
 
 Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``; the layout is Qwen2-VL's.
 ``seq_len`` is the text length, each image adds ``t*h*w / spatial_merge_size**2`` image tokens plus
@@ -36,40 +37,12 @@ from transformers import Qwen2_5_VLConfig
 
 from patcher.samples import register_multimodal_sample
 
+from .._recipe import Recipe
 from .. import _qwen_vl_samples as _qwen_vl
-from .._samples import tiny_model as _tiny_model
+from .._recipe_helpers import tiny_model as _tiny_model
 
 MODEL_TYPE = "qwen2_5_vl"
 MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
-
-# -- generation: what the patcher is given beyond its defaults ------------------------------
-#: The modeling module the zoo entry is generated from.
-SOURCE_MODULE = "transformers.models.qwen2_5_vl.modeling_qwen2_5_vl"
-#: zoo export name -> class of the generated module (same name as the original class).
-EXPORTS = {
-    "TraceableQwen2_5_VLForConditionalGeneration": "Qwen2_5_VLForConditionalGeneration",
-    "TraceableQwen2_5_VLModel": "Qwen2_5_VLModel",
-}
-#: Module classes the patcher must never hide inside wrapped code.
-PATCH_TARGETS: list[str] = ["Qwen2_5_VLDecoderLayer"]
-#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
-PATCH_IGNORE: list[str] = []
-
-#: One subgraph per text decoder layer.
-DEFAULT_TARGETS: list[str] = ["Qwen2_5_VLDecoderLayer"]
-
-#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-#: builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
-#: call anyway; naming it keeps it opaque whatever the targets (its window index is built from
-#: ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged patches
-#: per image with ``.tolist()`` split sizes (the number of chunks depends on the input): traced
-#: through, the chunk count would be baked.
-DEFAULT_IGNORE: list[str] = [
-    "re:model\\.visual",
-    "get_rope_index",
-    "get_image_features",
-    "get_video_features",
-]
 
 #: Opt-in: the vision tower's blocks as sequential targets too (windowed and full-attention blocks alike: the window index and both
 #: ``cu_seqlens`` are graph values handed on from block to block): one
@@ -125,8 +98,37 @@ default_image_size = _qwen_vl.default_image_size
 example_image_sizes = _qwen_vl.example_image_sizes
 
 
-__all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
-    "example_image_sizes",
-    "image_grid", "image_token_count", "tiny_config", "tiny_model",
-]
+RECIPE = Recipe(
+    model_type=MODEL_TYPE,
+    model_class=MODEL_CLASS,
+    # The modeling module the zoo entry is generated from.
+    source_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+    # zoo export name -> class of the generated module (same name as the original class).
+    exports={
+        "TraceableQwen2_5_VLForConditionalGeneration": "Qwen2_5_VLForConditionalGeneration",
+        "TraceableQwen2_5_VLModel": "Qwen2_5_VLModel",
+    },
+    # Module classes the patcher must never hide inside wrapped code.
+    patch_targets=["Qwen2_5_VLDecoderLayer"],
+    # One subgraph per text decoder layer.
+    default_targets=["Qwen2_5_VLDecoderLayer"],
+    # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
+    # builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
+    # call anyway; naming it keeps it opaque whatever the targets (its window index is built from
+    # ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged patches
+    # per image with ``.tolist()`` split sizes (the number of chunks depends on the input): traced
+    # through, the chunk count would be baked.
+    default_ignore=[
+        "re:model\\.visual",
+        "get_rope_index",
+        "get_image_features",
+        "get_video_features",
+    ],
+    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
+    vision_targets=VISION_TARGETS,
+    vision_ignore=VISION_IGNORE,
+    tiny_config=tiny_config,
+    tiny_model=tiny_model,
+    build_sample=build_sample,
+    example_image_sizes=example_image_sizes,
+)

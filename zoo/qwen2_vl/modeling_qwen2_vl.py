@@ -5,6 +5,8 @@
 # transformers version: 5.23.0
 # patcher version: 0.1.0
 # rules applied: TZ102, TZ103, TZ104, TZ105, TZ106
+# recipe: zoo/qwen2_vl/recipe.py
+# regenerate with: bash scripts/check_zoo --fix qwen2_vl
 
 # Copyright 2024 The Qwen team, Alibaba Group and the HuggingFace Inc. team. All rights reserved.
 #

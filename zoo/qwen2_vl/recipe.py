@@ -12,7 +12,8 @@ layer, and to test that:
   transformers 5 whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and
   ``image_grid_thw``. Registered for ``model_type == "qwen2_vl"`` so
   ``patcher.samples.multimodal_sample`` finds it.
-- :data:`DEFAULT_TARGETS` / :data:`DEFAULT_IGNORE`: what to cut at and what to keep opaque.
+- :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
+  from, what to cut at and what to keep opaque.
 
 Sample conventions shared by all zoo recipes:
 
@@ -39,39 +40,12 @@ from transformers import Qwen2VLConfig
 
 from patcher.samples import register_multimodal_sample
 
+from .._recipe import Recipe
 from .. import _qwen_vl_samples as _qwen_vl
-from .._samples import tiny_model as _tiny_model
+from .._recipe_helpers import tiny_model as _tiny_model
 
 MODEL_TYPE = "qwen2_vl"
 MODEL_CLASS = "Qwen2VLForConditionalGeneration"
-
-# -- generation: what the patcher is given beyond its defaults ------------------------------
-#: The modeling module the zoo entry is generated from.
-SOURCE_MODULE = "transformers.models.qwen2_vl.modeling_qwen2_vl"
-#: zoo export name -> class of the generated module (same name as the original class).
-EXPORTS = {
-    "TraceableQwen2VLForConditionalGeneration": "Qwen2VLForConditionalGeneration",
-    "TraceableQwen2VLModel": "Qwen2VLModel",
-}
-#: Module classes the patcher must never hide inside wrapped code.
-PATCH_TARGETS: list[str] = ["Qwen2VLDecoderLayer"]
-#: Extra functions or methods to wrap in source, beyond the patcher's defaults.
-PATCH_IGNORE: list[str] = []
-
-#: One subgraph per text decoder layer.
-DEFAULT_TARGETS: list[str] = ["Qwen2VLDecoderLayer"]
-
-#: Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-#: builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
-#: call anyway; naming it keeps it opaque whatever the targets. ``get_image_features`` /
-#: ``get_video_features`` split the merged patches per image with ``.tolist()`` split sizes (the
-#: number of chunks depends on the input): traced through, the chunk count would be baked.
-DEFAULT_IGNORE: list[str] = [
-    "re:model\\.visual",
-    "get_rope_index",
-    "get_image_features",
-    "get_video_features",
-]
 
 #: Opt-in: the vision tower's blocks as sequential targets too (``cu_seqlens`` and the rotary embeddings are graph values handed on): one
 #: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
@@ -123,8 +97,36 @@ default_image_size = _qwen_vl.default_image_size
 example_image_sizes = _qwen_vl.example_image_sizes
 
 
-__all__ = [
-    "DEFAULT_IGNORE", "DEFAULT_TARGETS", "MODEL_CLASS", "MODEL_TYPE", "VISION_IGNORE", "VISION_TARGETS", "build_sample", "default_image_size",
-    "example_image_sizes",
-    "image_grid", "image_token_count", "tiny_config", "tiny_model",
-]
+RECIPE = Recipe(
+    model_type=MODEL_TYPE,
+    model_class=MODEL_CLASS,
+    # The modeling module the zoo entry is generated from.
+    source_module="transformers.models.qwen2_vl.modeling_qwen2_vl",
+    # zoo export name -> class of the generated module (same name as the original class).
+    exports={
+        "TraceableQwen2VLForConditionalGeneration": "Qwen2VLForConditionalGeneration",
+        "TraceableQwen2VLModel": "Qwen2VLModel",
+    },
+    # Module classes the patcher must never hide inside wrapped code.
+    patch_targets=["Qwen2VLDecoderLayer"],
+    # One subgraph per text decoder layer.
+    default_targets=["Qwen2VLDecoderLayer"],
+    # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
+    # builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
+    # call anyway; naming it keeps it opaque whatever the targets. ``get_image_features`` /
+    # ``get_video_features`` split the merged patches per image with ``.tolist()`` split sizes (the
+    # number of chunks depends on the input): traced through, the chunk count would be baked.
+    default_ignore=[
+        "re:model\\.visual",
+        "get_rope_index",
+        "get_image_features",
+        "get_video_features",
+    ],
+    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
+    vision_targets=VISION_TARGETS,
+    vision_ignore=VISION_IGNORE,
+    tiny_config=tiny_config,
+    tiny_model=tiny_model,
+    build_sample=build_sample,
+    example_image_sizes=example_image_sizes,
+)

@@ -8,7 +8,7 @@ from typing import Callable
 import libcst as cst
 
 from ...registry.wrapped import WRAPPED_PREFIX
-from ..naming import describe
+from ..wrapper_names import describe
 from ..taint import CLEAN
 
 

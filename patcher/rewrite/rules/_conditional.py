@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..naming import describe
+from ..wrapper_names import describe
 from ..walk import children, descendants
 
 # Nodes whose names the wrapped function could not see (their own scope) or that bind names.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...registry.rules import RULES, TZ101
-from ..naming import describe
+from ..wrapper_names import describe
 from ..taint import CLEAN, VALUE
 from ..walk import descendants
 from ._chain import branches, first_branch, hoist_from

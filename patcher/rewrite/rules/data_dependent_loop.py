@@ -11,9 +11,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ...registry.rules import ITER, RULES, SETITEM, TZ103
-from ..naming import describe
+from ..wrapper_names import describe
 from ..taint import VALUE, dotted
-from ._header import ScopedTransformer, transform_header
+from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import claimed
 
 SPEC = RULES[TZ103]
@@ -88,7 +88,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
             return None
         if issues and all(i.kind == ITER for i in issues):
             tr = _IndexSplits(ctx)
-            new = transform_header(stmt, tr)
+            new = transform_own_expressions(stmt, tr)
             if tr.changed and not claimed(ctx.issues(new), SPEC):
                 return ctx.replace([new], code=CODE, span=stmt,
                                    reason="iterate split chunks by index over the Python list of sizes")

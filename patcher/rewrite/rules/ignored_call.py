@@ -12,7 +12,7 @@ import libcst as cst
 from ...registry.ignore import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
 from ...registry.rules import RULES, TZ106
 from ...registry.ignore import TOWER_HELPERS
-from ._header import ScopedTransformer, transform_header
+from ._own_expressions import ScopedTransformer, transform_own_expressions
 
 SPEC = RULES[TZ106]
 CODE = SPEC.code
@@ -57,7 +57,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     if not ctx.mentions_redirected(stmt):
         return None  # cheap pre-check: running a transformer on every statement is not
     tr = _Redirect(ctx)
-    new = transform_header(stmt, tr)
+    new = transform_own_expressions(stmt, tr)
     if not tr.hits:
         return None
     out = [new]

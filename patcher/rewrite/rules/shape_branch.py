@@ -11,7 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ...registry.rules import RULES, TZ105
-from ..naming import describe
+from ..wrapper_names import describe
 from ..taint import CLEAN, META, VALUE
 from ._chain import branches, first_branch, hoist_from
 from .base import claimed

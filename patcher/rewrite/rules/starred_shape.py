@@ -20,10 +20,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ...registry.rules import RULES, STARRED, TZ104
-from ..naming import describe
+from ..wrapper_names import describe
 from ..detect import SIZE_FACTORIES
 from ..taint import VALUE, dotted
-from ._header import ScopedTransformer, transform_header
+from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import claimed
 
 SPEC = RULES[TZ104]
@@ -236,7 +236,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
                              reason=f"starred shape unpacking; '{starred}' is used as a list, which a shape is not")
         return ctx.replace([new], code=CODE, span=stmt, reason="starred shape unpacking -> indexing")
     tr = _Starred(ctx)
-    new = transform_header(stmt, tr)
+    new = transform_own_expressions(stmt, tr)
     if tr.changed:
         kinds = {i.kind for i in issues}
         reason = "starred shape -> tuple concatenation" if STARRED in kinds else "traced sizes passed as one tuple"

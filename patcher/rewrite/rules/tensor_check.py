@@ -8,7 +8,7 @@ import libcst as cst
 
 from ...registry.rules import ASSERT, RULES, TZ102
 from ...registry.wrapped import CHECK_PREFIX
-from ..naming import describe
+from ..wrapper_names import describe
 from ..taint import CLEAN
 from ._chain import branches, first_branch, hoist_from
 from .base import claimed

@@ -1,11 +1,12 @@
-"""Apply an expression transformer to a statement's own expressions only (not nested blocks)."""
+"""Apply an expression transformer to a statement's own expressions only (not nested blocks): its
+header line (an `if` test, a `for` iterable, a `with` item), or the whole of a simple statement."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 
-def transform_header(stmt: cst.BaseStatement, tr: cst.CSTTransformer) -> cst.BaseStatement:
+def transform_own_expressions(stmt: cst.BaseStatement, tr: cst.CSTTransformer) -> cst.BaseStatement:
     if isinstance(stmt, cst.SimpleStatementLine):
         return stmt.with_changes(body=[s.visit(tr) for s in stmt.body])
     if isinstance(stmt, (cst.If, cst.While)):
