@@ -12,25 +12,21 @@ from torch import nn
 
 from .models import build_model, check_config_for_class, load_config, resolve_model_class
 from .partition import Subgraph, trace_subgraphs
+from .plugins import TracingDefaults, drop_in_for, tracing_defaults
 from .samples import is_vision_language, sample_input, text_only_note
 from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
 
 
-def zoo_recipe(model: nn.Module):
-    """The zoo recipe for ``model``'s model_type, if the zoo has one (its targets and ignores)."""
-    try:
-        from zoo._entries import ENTRIES, recipe
-    except ImportError:
-        return None
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    return recipe(model_type) if model_type in ENTRIES else None
+def model_tracing_defaults(model: nn.Module) -> TracingDefaults | None:
+    """The targets and ignores a model collection (the zoo) registered for ``model``'s model_type, if any."""
+    return tracing_defaults(getattr(getattr(model, "config", None), "model_type", None))
 
 
 def default_targets(model: nn.Module) -> list[str]:
-    """The zoo recipe's targets, else decoder-layer classes from ``_no_split_modules``."""
-    spec = zoo_recipe(model)
-    if spec is not None:
-        return list(spec.DEFAULT_TARGETS)
+    """A model collection's targets (the zoo recipe's), else decoder-layer classes from ``_no_split_modules``."""
+    defaults = model_tracing_defaults(model)
+    if defaults is not None:
+        return list(defaults.targets)
     names = set()
     for module in model.modules():
         names.update(getattr(module, "_no_split_modules", None) or ())
@@ -66,15 +62,10 @@ def format_partition(subgraphs: list[Subgraph]) -> str:
 
 
 def _fix_hint(cls: type) -> str | None:
-    """Where a traceable variant of ``cls`` comes from: the zoo, or the patcher."""
-    try:
-        import zoo
-
-        drop_in = f"Traceable{cls.__name__}"
-        if drop_in in zoo.__all__ and not cls.__module__.startswith("zoo."):
-            return f"hint: the zoo has a traceable drop-in: patcher trace {drop_in} ..."
-    except ImportError:
-        pass
+    """Where a traceable variant of ``cls`` comes from: a model collection (the zoo), or the patcher."""
+    drop_in = drop_in_for(cls)
+    if drop_in is not None:
+        return f"hint: the {drop_in.package} has a traceable drop-in: patcher trace {drop_in.name} ..."
     if cls.__module__.startswith("transformers."):
         return f"hint: generate a traceable variant: patcher patch {cls.__module__} -o traceable/"
     return None
@@ -102,7 +93,7 @@ def prepare_trace(
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
 
-    ``ignore=None`` means ``DEFAULT_IGNORE``, plus the zoo recipe's additions when the recipe's
+    ``ignore=None`` means ``DEFAULT_IGNORE``, plus a collection's additions (the zoo recipe's) when its
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
     way. A single string (targets, ignore, extra_ignore) is one entry.
@@ -115,9 +106,9 @@ def prepare_trace(
         sequential_targets = [sequential_targets]
     targets = list(sequential_targets or default_targets(model))
     if ignore is None:
-        spec = zoo_recipe(model)
-        with_recipe = spec is not None and not sequential_targets
-        ignore = list(DEFAULT_IGNORE) + (list(spec.DEFAULT_IGNORE) if with_recipe else [])
+        defaults = model_tracing_defaults(model)
+        with_defaults = defaults is not None and not sequential_targets
+        ignore = list(DEFAULT_IGNORE) + (list(defaults.ignore) if with_defaults else [])
     if isinstance(ignore, str):
         ignore = [ignore]
     if isinstance(extra_ignore, str):
