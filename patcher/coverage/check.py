@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..registry.origins import noted_location, original_line
 from ..verify.compare import compare, sweep_tolerance
 from ..verify.compare import max_abs_diff as tensor_diff  # the sweep's public name for it
 
@@ -113,9 +114,7 @@ class _Generated:
         from ..trace.diagnose import _short_path
 
         if self.file and filename == self.file and self.source:
-            from ..traceable import _original_line
-
-            original = _original_line(self.source, self.code, lineno)
+            original = original_line(self.source, self.code, lineno)
             name = Path(original_file).name if original_file else "generated"
             if original:
                 return f"{name}:{original}"
@@ -133,13 +132,13 @@ class _Generated:
             if match:
                 start = next((number for number, line in enumerate(lines) if line.startswith(f"def {match.group(1)}(")), None)
                 for line in lines[start:start + 12] if start is not None else ():
-                    found = re.search(r"# from (\S+:\d+)", line)
+                    found = noted_location(line)
                     if found:
-                        return found.group(1)
+                        return found
         for index in range(min(lineno, len(lines)) - 1, max(-1, lineno - 80), -1):
-            match = re.search(r"# from (\S+:\d+)", lines[index])
-            if match:
-                return match.group(1)
+            found = noted_location(lines[index])
+            if found:
+                return found
             if lines[index].startswith("def ") or lines[index].startswith("class "):
                 break
         return None
