@@ -21,3 +21,10 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "get_rope_index",
     "torch_compilable_check",
 )
+
+#: The checks on that list: the tracer keeps them opaque like the rest, but the rewriter moves each
+#: with its message (TZ102) rather than forwarding it (TZ106).
+CHECKS_IGNORED: tuple[str, ...] = ("torch_compilable_check",)
+
+#: What the rewriter forwards to module-level wrappers (TZ106): the list above, less its checks.
+FORWARDED_BY_REWRITER: tuple[str, ...] = tuple(name for name in DEFAULT_IGNORE if name not in CHECKS_IGNORED)

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.ignore import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
+from ...registry.ignore import FORWARDED_BY_REWRITER
 from ...registry.rules import RULES, TZ106
 from ._header import ScopedTransformer, transform_header
 
 SPEC = RULES[TZ106]
 CODE = SPEC.code
 
-# The tracer's list, one source of truth: mask builders and helpers whose bodies branch on
-# tensor values. `torch_compilable_check` is TZ102's (a check, moved with its message), not a
-# forwarder's.
-DEFAULT_IGNORE = tuple(name for name in TRACER_DEFAULT_IGNORE if name != "torch_compilable_check")
+# The one ignore list (registry.ignore), less the checks on it, which are TZ102's.
+DEFAULT_IGNORE = FORWARDED_BY_REWRITER
 
 
 class _Redirect(ScopedTransformer):
