@@ -18,7 +18,7 @@ from typing import Sequence
 from torch import nn
 
 from ..partition import Subgraph
-from ..trace.tracer import TracedGraph
+from ..trace.graph_runtime import TracedGraph
 from .dot import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS, should_collapse, to_dot
 
 #: Output formats ``dot`` is run for; ``.dot``/``.gv`` are written as text.
