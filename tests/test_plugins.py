@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import transformers
 
 from patcher import plugins
@@ -33,3 +34,10 @@ def test_loading_the_zoo_registers_its_recipes_and_drop_ins():
     assert plugins.drop_in_for(zoo.TraceableLlavaForConditionalGeneration) is None  # already the drop-in
     assert plugins.drop_in_for(transformers.LlamaForCausalLM) is None
     assert plugins.tracing_defaults("llama") is None
+
+
+def test_a_declared_collection_that_cannot_be_imported_is_reported(monkeypatch):
+    monkeypatch.setattr(plugins, "declared_collections", lambda: ["tracezoo_no_such_collection"])
+    monkeypatch.setattr(plugins, "_loaded", False)
+    with pytest.warns(RuntimeWarning, match="tracezoo_no_such_collection"):
+        plugins.load_collections()
