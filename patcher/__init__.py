@@ -18,6 +18,9 @@ _LAZY = {
         "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
         "StateChangeError", "TargetMatchError", "TracingError", "TrainingModeError", "UntraceableCodeError",
         "trace_graph")},
+    # how a model collection (the zoo) registers itself: see patcher.plugins
+    "register_drop_in": "plugins", "register_tracing_defaults": "plugins",
+    "register_multimodal_sample": "sample_builders",
 }
 
 
@@ -72,6 +75,9 @@ __all__ = [
     "partition_graph",
     "patch_file",
     "patch_source",
+    "register_drop_in",
+    "register_multimodal_sample",
+    "register_tracing_defaults",
     "run_subgraphs",
     "trace_graph",
     "trace_subgraphs",

@@ -12,25 +12,21 @@ from torch import nn
 
 from .models import build_model, check_config_for_class, load_config, resolve_model_class
 from .partition import Subgraph, trace_subgraphs
+from .plugins import TracingDefaults, drop_in_for, tracing_defaults
 from .samples import is_vision_language, sample_input, text_only_note
 from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
 
 
-def zoo_recipe(model: nn.Module):
-    """The zoo recipe for ``model``'s model_type, if the zoo has one (its targets and ignores)."""
-    try:
-        from zoo._entries import ENTRIES, recipe
-    except ImportError:
-        return None
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    return recipe(model_type) if model_type in ENTRIES else None
+def model_tracing_defaults(model: nn.Module) -> TracingDefaults | None:
+    """The targets and ignores a model collection (the zoo) registered for ``model``'s model_type, if any."""
+    return tracing_defaults(getattr(getattr(model, "config", None), "model_type", None))
 
 
 def default_targets(model: nn.Module) -> list[str]:
-    """The zoo recipe's targets, else decoder-layer classes from ``_no_split_modules``."""
-    spec = zoo_recipe(model)
-    if spec is not None:
-        return list(spec.DEFAULT_TARGETS)
+    """A model collection's targets (the zoo recipe's), else decoder-layer classes from ``_no_split_modules``."""
+    defaults = model_tracing_defaults(model)
+    if defaults is not None:
+        return list(defaults.targets)
     names = set()
     for module in model.modules():
         names.update(getattr(module, "_no_split_modules", None) or ())
@@ -46,13 +42,13 @@ def default_targets(model: nn.Module) -> list[str]:
 
 
 def default_tower_targets(model: nn.Module, modality: str = "vision") -> list[str]:
-    """The zoo recipe's ``VISION_TARGETS`` for its model type, else the blocks of the model's
+    """A model collection's tower targets for its model type (the zoo recipe's ``vision_targets``), else the blocks of the model's
     ``modality`` tower found by :func:`patcher.towers.find_tower_blocks`. Raises ``ValueError``
     when the model has no such tower (a target list without it would silently trace less)."""
     from .towers import find_tower_blocks
 
-    spec = zoo_recipe(model)
-    curated = getattr(spec, f"{modality.upper()}_TARGETS", None) if spec is not None else None
+    defaults = model_tracing_defaults(model)
+    curated = defaults.tower_targets.get(modality) if defaults is not None else None
     found = list(curated) if curated else find_tower_blocks(model, modality)
     if not found:
         raise ValueError(f"{type(model).__name__} has no {modality} tower with a list of blocks to cut at; "
@@ -81,15 +77,10 @@ def format_partition(subgraphs: list[Subgraph]) -> str:
 
 
 def _fix_hint(cls: type) -> str | None:
-    """Where a traceable variant of ``cls`` comes from: the zoo, or the patcher."""
-    try:
-        import zoo
-
-        drop_in = f"Traceable{cls.__name__}"
-        if drop_in in zoo.__all__ and not cls.__module__.startswith("zoo."):
-            return f"hint: the zoo has a traceable drop-in: patcher trace {drop_in} ..."
-    except ImportError:
-        pass
+    """Where a traceable variant of ``cls`` comes from: a model collection (the zoo), or the patcher."""
+    drop_in = drop_in_for(cls)
+    if drop_in is not None:
+        return f"hint: the {drop_in.package} has a traceable drop-in: patcher trace {drop_in.name} ..."
     if cls.__module__.startswith("transformers."):
         return f"hint: generate a traceable variant: patcher patch {cls.__module__} -o traceable/"
     return None
@@ -118,13 +109,13 @@ def prepare_trace(
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
 
-    ``ignore=None`` means ``DEFAULT_IGNORE``, plus the zoo recipe's additions when the recipe's
+    ``ignore=None`` means ``DEFAULT_IGNORE``, plus a collection's additions (the zoo recipe's) when its
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
     way. A single string (targets, ignore, extra_ignore) is one entry.
 
     ``towers`` (``"vision"``, ``"audio"``) puts the blocks of those towers before the targets
-    (:func:`default_tower_targets`); the recipe's ignore additions are then its ``VISION_IGNORE``
+    (:func:`default_tower_targets`); the collection's ignore additions are then its tower ones (the zoo recipe's ``vision_ignore``)
     (its ``DEFAULT_IGNORE`` keeps the tower opaque).
     """
     config = load_config(model_id)  # first: a misspelt MODEL_ID is reported before a model module is imported
@@ -138,11 +129,11 @@ def prepare_trace(
     tower_targets = [target for modality in towers for target in default_tower_targets(model, modality)]
     targets = list(dict.fromkeys(tower_targets + targets))
     if ignore is None:
-        spec = zoo_recipe(model)
-        if spec is not None and towers:
-            additions = [entry for modality in towers for entry in getattr(spec, f"{modality.upper()}_IGNORE", ())]
-        elif spec is not None and not sequential_targets:
-            additions = list(spec.DEFAULT_IGNORE)
+        defaults = model_tracing_defaults(model)
+        if defaults is not None and towers:
+            additions = [entry for modality in towers for entry in defaults.tower_ignore.get(modality, ())]
+        elif defaults is not None and not sequential_targets:
+            additions = list(defaults.ignore)
         else:
             additions = []
         ignore = list(DEFAULT_IGNORE) + [entry for entry in additions if entry not in DEFAULT_IGNORE]

@@ -134,9 +134,10 @@ def _run_repair(args) -> int:
         return 0 if result.traced else 1
     from .rewrite import patch_file
     from .rewrite.errors import PatchError
+    from .trace.matching import class_name_entries
 
     try:
-        written = patch_file(cls.__module__, args.output, targets=[t for t in targets if not t.startswith("re:")],
+        written = patch_file(cls.__module__, args.output, targets=class_name_entries(targets),
                              locations=result.locations, force=args.force)
     except PatchError as exc:
         print(f"patcher repair: error: {exc}", file=sys.stderr)

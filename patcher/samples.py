@@ -1,62 +1,30 @@
 """Sample inputs for tracing, built from a config: no processor or tokenizer download.
 
 Text samples work for every decoder model. Multimodal builders are registered per
-``model_type`` with :func:`register_multimodal_sample`: the zoo registers its own, and
-``patcher.images`` one per pixel layout for every image-text-to-text family (the zoo's win).
+``model_type`` with :func:`register_multimodal_sample` (:mod:`patcher.sample_builders`): model
+collections such as the zoo register their own (:mod:`patcher.plugins`), and ``patcher.images``
+one per pixel layout for every image-text-to-text family (a collection's win).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any
 
-import torch
 from transformers import PretrainedConfig
 
-MultimodalBuilder = Callable[..., dict[str, Any]]
-_MULTIMODAL_BUILDERS: dict[str, MultimodalBuilder] = {}
-
-
-def register_multimodal_sample(model_type: str):
-    """Decorator: register ``builder(config, *, batch_size, seq_len, left_padding, device, generator,
-    **kw) -> dict``. Optional keywords a builder may take: ``num_images``, ``image_size`` and
-    ``model`` (a built model whose own vision path counts the image tokens); callers pass ``model``
-    only to builders that declare it."""
-
-    def register(builder: MultimodalBuilder) -> MultimodalBuilder:
-        _MULTIMODAL_BUILDERS[model_type] = builder
-        return builder
-
-    return register
-
-
-def text_sample(
-    config: PretrainedConfig,
-    *,
-    batch_size: int = 1,
-    seq_len: int = 16,
-    left_padding: int = 0,
-    device: str | torch.device = "cpu",
-    generator: torch.Generator | None = None,
-) -> dict[str, torch.Tensor]:
-    """``input_ids`` and ``attention_mask`` (left padding on the first row when asked)."""
-    vocab_size = config.get_text_config().vocab_size
-    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
-    attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
-    if left_padding:
-        attention_mask[0, :left_padding] = 0
-    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+from .plugins import load_collections
+from .sample_builders import (  # noqa: F401  (register_multimodal_sample and text_sample are public here too)
+    MultimodalBuilder, register_multimodal_sample, registered_builder, registered_model_types, text_sample,
+)
 
 
 def multimodal_builder(model_type: str) -> MultimodalBuilder | None:
-    """The builder for ``model_type``: the zoo's if it has one, else ``patcher.images``'s."""
-    try:
-        import zoo  # noqa: F401  (registers the zoo's builders first: they win)
-    except ImportError:
-        pass
+    """The builder for ``model_type``: a model collection's if one has it, else ``patcher.images``'s."""
+    load_collections()  # first: the collections' builders win
     from . import images  # noqa: F401  (registers a builder per image layout where none is registered)
 
-    return _MULTIMODAL_BUILDERS.get(model_type)
+    return registered_builder(model_type)
 
 
 def takes_keyword(builder: MultimodalBuilder, name: str) -> bool:
@@ -74,7 +42,7 @@ def multimodal_sample(config: PretrainedConfig, **kwargs) -> dict[str, Any]:
     if builder is not None and "model" in kwargs and not takes_keyword(builder, "model"):
         kwargs.pop("model")
     if builder is None:
-        known = ", ".join(sorted(_MULTIMODAL_BUILDERS)) or "none yet"
+        known = ", ".join(registered_model_types()) or "none yet"
         raise ValueError(
             f"no multimodal sample builder for model_type {config.model_type!r} (known: {known}); "
             "pass your own sample to trace_subgraphs, or register one with patcher.samples.register_multimodal_sample"
@@ -92,12 +60,8 @@ def is_vision_language(config: PretrainedConfig) -> bool:
 
 
 def has_multimodal_sample(config: PretrainedConfig) -> bool:
-    if config.model_type not in _MULTIMODAL_BUILDERS:
-        try:
-            import zoo  # noqa: F401  (registers the zoo's builders)
-        except ImportError:
-            pass
-    return config.model_type in _MULTIMODAL_BUILDERS
+    load_collections()
+    return registered_builder(config.model_type) is not None
 
 
 def text_only_note(config: PretrainedConfig) -> str:

@@ -18,7 +18,6 @@ remaining blocker at once.
 from __future__ import annotations
 
 import ast
-import difflib
 import hashlib
 import importlib.util
 import inspect
@@ -32,8 +31,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .files import write_atomic
 from .models import build_model, resolve_model_class
+from .registry.origins import original_line
 from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
 from .trace.diagnose import UntraceableConstruct
+from .trace.matching import class_name_entries
 
 
 def cache_root() -> Path:
@@ -266,15 +267,6 @@ class RepairResult:
         return "\n".join(lines)
 
 
-def _original_line(source: str, generated: str, lineno: int) -> int | None:
-    """Map a line of generated code to the original: untouched lines are byte-identical."""
-    matcher = difflib.SequenceMatcher(None, source.splitlines(), generated.splitlines(), autojunk=False)
-    for tag, i1, _, j1, j2 in matcher.get_opcodes():
-        if tag == "equal" and j1 <= lineno - 1 < j2:
-            return i1 + (lineno - 1 - j1) + 1
-    return None
-
-
 def _innermost_frame_in(exc: BaseException, filename: str) -> int | None:
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == filename]
     return frames[-1].lineno if frames else None
@@ -299,7 +291,7 @@ def repair(
     cls = resolve_model_class(model_class)
     source, _, source_path = _source_of(cls)
     targets = [sequential_targets] if isinstance(sequential_targets, str) else list(sequential_targets)
-    target_classes = [target for target in targets if not target.startswith("re:")]
+    target_classes = class_name_entries(targets)
     result = RepairResult(model_class=None)
     tried: set[int] = set()
     for _ in range(max_rounds):
@@ -319,7 +311,7 @@ def repair(
                 # The construct is in another file; wrap the statement of ours that leads there.
                 line_in_generated = _innermost_frame_in(original_exc, generated_file)
                 action = f"wrap the call at this file's line that reaches {construct.location}"
-            original = _original_line(source, generated, line_in_generated) if line_in_generated else None
+            original = original_line(source, generated, line_in_generated) if line_in_generated else None
             if original is None or original in tried or not construct.kind.rule:
                 reason = ("already rewritten, still untraceable" if original in tried else
                           "inside code the patcher generated" if line_in_generated and original is None else

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from patcher.coverage.discover import architectures  # noqa: E402
 from patcher.coverage.report import image_text_to_text_line, summary, top_blockers, write_reports  # noqa: E402
 from patcher.coverage.runner import progress_callback, run_architectures  # noqa: E402
+from patcher.verify.compare import sweep_tolerance  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -41,7 +42,8 @@ def main(argv=None) -> int:
     parser.add_argument("--list", action="store_true", help="print the selected architectures and exit")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per architecture")
-    parser.add_argument("--atol", type=float, default=1e-5, help="largest |diff| that counts as equal")
+    parser.add_argument("--atol", type=float, default=sweep_tolerance().atol,
+                        help="largest |diff| that counts as equal (default: patcher.verify.TOLERANCES)")
     parser.add_argument("--no-multimodal", action="store_true", help="text samples only (no image samples)")
     parser.add_argument("--start-method", default="forkserver", choices=["forkserver", "spawn"])
     args = parser.parse_args(argv)

@@ -16,18 +16,17 @@ import ast
 import functools
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: Lowest first. The arrows of the issue: registry <- rewrite; trace; partition <- verify <-
 #: coverage / zoo / cli.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
-    {"registry", "files"},  # what rewrite and trace agree on; atomic file writes
-    {"rewrite", "trace", "models", "samples", "towers"},  # the rewriter, the tracer, config/class loading, samples,
-    # the vision/audio towers of a model (their block classes)
+    {"registry", "files", "plugins"},  # what rewrite and trace agree on; atomic file writes; collections' hooks
+    # the rewriter, the tracer, config/class loading, the sample-builder registry, a config's token ids
+    {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers"},  # + a model's towers
     {"partition", "images"},  # subgraphs per target; image samples per pixel layout
-    {"verify", "render"},  # users of subgraphs: equivalence with eager, pictures
+    {"verify", "render", "samples"},  # equivalence with eager, pictures; samples (text, or a registered builder)
     {"traceable", "attempt"},  # repair loop and loading; one traced attempt, end to end
     {"plan", "arguments", "written_check"},  # memory plan of a traced attempt; the model commands' shared
     # options; the re-trace of a file `patcher repair -o` wrote
@@ -36,16 +35,6 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"__main__"},
 ))
 RANK = {unit: rank for rank, layer in enumerate(LAYERS) for unit in layer}
-
-#: Backward arrows not fixed yet, each ``(importing module, imported module)``: the test for each
-#: is expected to fail (strict), so fixing one makes it pass and asks for its removal here.
-KNOWN_BACKWARD: dict[tuple[str, str], str] = {
-    ("patcher.attempt", "zoo"): "attempt names the zoo's drop-in class in its hint (item 2: a public hook)",
-    ("patcher.attempt", "zoo._entries"): "zoo_recipe looks up the zoo's recipe (item 2: a public hook)",
-    ("patcher.samples", "zoo"): "importing the zoo registers its sample builders (item 2: a public hook)",
-    ("patcher.samples", "patcher.images"): "registers the image-layout builders on first use (samples <-> images)",
-    ("patcher.images.tokens", "patcher.coverage.samples"): "special_tokens lives in coverage, which imports images",
-}
 
 
 def _module_name(path: Path) -> str:
@@ -154,22 +143,14 @@ def test_every_unit_has_a_layer():
     assert units <= set(RANK), units - set(RANK)
 
 
-def test_no_backward_import_but_the_known_ones():
-    new = backward_imports(graph()) - set(KNOWN_BACKWARD)
+def test_no_backward_import():
+    new = backward_imports(graph())
     assert not new, "imports against the layer order (tests/test_layers.py LAYERS):\n" + "\n".join(
         f"  {a} -> {b}" for a, b in sorted(new))
 
 
-@pytest.mark.parametrize("arrow", sorted(KNOWN_BACKWARD), ids=lambda arrow: f"{arrow[0]}->{arrow[1]}")
-@pytest.mark.xfail(strict=True, reason="a known backward import, not fixed yet (see KNOWN_BACKWARD)")
-def test_known_backward_import_is_gone(arrow):
-    assert arrow not in backward_imports(graph()), KNOWN_BACKWARD[arrow]
-
-
 def test_no_import_cycle():
-    # A known backward arrow closes a cycle by definition; any other cycle is new.
-    edges = {m: {t for t in targets if (m, t) not in KNOWN_BACKWARD} for m, targets in graph().items()}
-    found = cycles(edges)
+    found = cycles(graph())
     assert not found, "import cycles:\n" + "\n".join("  " + " <-> ".join(c) for c in found)
 
 

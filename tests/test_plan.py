@@ -102,7 +102,7 @@ def test_tied_weights_count_once_in_the_total():
 ])
 def test_plan_bytes_equal_a_real_run_with_an_image(config_name, model_name):
     import zoo
-    from patcher.attempt import default_targets, zoo_recipe
+    from patcher.attempt import default_targets, model_tracing_defaults
     from patcher.coverage.shrink import shrink_config
     from patcher.samples import sample_input
     from patcher.trace import DEFAULT_IGNORE
@@ -111,7 +111,7 @@ def test_plan_bytes_equal_a_real_run_with_an_image(config_name, model_name):
     torch.manual_seed(0)
     model = getattr(zoo, model_name)(config).eval()
     sample = sample_input(config, multimodal=True)
-    ignore = list(DEFAULT_IGNORE) + list(zoo_recipe(model).DEFAULT_IGNORE)
+    ignore = list(DEFAULT_IGNORE) + list(model_tracing_defaults(model).ignore)
     check_exact(model, default_targets(model), sample, samples=3, ignore=ignore)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import transformers
 
+from patcher.coverage.wake import wake_zero_parameters
+
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
               bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -41,18 +43,10 @@ def tiny_config(model_name: str, **overrides):
 def tiny_model(model_name: str, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(tiny_config(model_name, **overrides))
-    _wake_zero_parameters(model, seed)
+    wake_zero_parameters(model, seed)  # a dead path hides graph mistakes
     return model.to(dtype).eval()
 
 
 def decoder_layer(model_name: str) -> str:
     return TEXT_MODELS[model_name][2]
 
-
-def _wake_zero_parameters(model: torch.nn.Module, seed: int) -> None:
-    # Some inits are all zeros (biases, router corrections); a dead path hides graph mistakes.
-    generator = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.numel() and not parameter.any():
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)

@@ -5,15 +5,24 @@
 
 Each ``TraceableX`` is the class ``X`` of a generated copy of X's modeling file: same name, same
 config class, same module names and state-dict keys, so checkpoints load either way. Importing
-``zoo`` also registers the entries' multimodal sample builders with ``patcher.samples``.
+``zoo`` registers the zoo with the patcher (``pyproject.toml`` declares it under the entry-point
+group ``tracezoo.models``, so the patcher imports it on first use): each entry's multimodal sample
+builder, its tracing defaults and its drop-in classes.
 """
+
+from patcher.plugins import register_drop_in, register_tracing_defaults
 
 from ._entries import ENTRIES, export_names, recipe
 
 for _entry in ENTRIES:
-    recipe(_entry)  # registers the entry's multimodal sample builder
+    _recipe = recipe(_entry)  # importing the recipe registers the entry's multimodal sample builder
+    register_tracing_defaults(_entry, targets=_recipe.default_targets, ignore=_recipe.default_ignore,
+                              collection=__name__, tower_targets={"vision": _recipe.vision_targets},
+                              tower_ignore={"vision": _recipe.vision_ignore})
 
 _EXPORTS = export_names()
+for _name, (_entry, _class_name) in _EXPORTS.items():
+    register_drop_in(_class_name, _name, package=__name__)
 
 
 def __getattr__(name: str):

@@ -82,24 +82,6 @@ class Recipe:
         """Generated files are named after the modeling module they come from."""
         return self.source_module.rsplit(".", 1)[-1]
 
-    # Read by patcher.attempt.zoo_recipe, which predates the declared recipe; the zoo's public
-    # hook (issue 13, item 2) replaces that lookup, and these two names go with it.
-    @property
-    def DEFAULT_TARGETS(self) -> tuple[str, ...]:  # noqa: N802
-        return tuple(self.default_targets)
-
-    @property
-    def DEFAULT_IGNORE(self) -> tuple[str, ...]:  # noqa: N802
-        return tuple(self.default_ignore)
-
-    @property
-    def VISION_TARGETS(self) -> tuple[str, ...]:  # noqa: N802
-        return tuple(self.vision_targets)
-
-    @property
-    def VISION_IGNORE(self) -> tuple[str, ...]:  # noqa: N802
-        return tuple(self.vision_ignore)
-
 
 _NAME_LISTS = ("patch_targets", "patch_ignore", "default_targets", "default_ignore", "multimodal_targets",
                "vision_targets", "vision_ignore")

@@ -17,6 +17,10 @@ from typing import Any
 
 import torch
 
+from ..registry.origins import noted_location, original_line
+from ..verify.compare import compare, sweep_tolerance
+from ..verify.compare import max_abs_diff as tensor_diff  # the sweep's public name for it
+
 MAX_PARAMETERS = 50_000_000
 #: Eager logits must move by more than this when only the pixels change, or the image sample is
 #: broken (image tokens missing or misplaced, pixels ignored): the row fails, never counts as equal.
@@ -113,9 +117,7 @@ class _Generated:
         from ..trace.diagnose import _short_path
 
         if self.file and filename == self.file and self.source:
-            from ..traceable import _original_line
-
-            original = _original_line(self.source, self.code, lineno)
+            original = original_line(self.source, self.code, lineno)
             name = Path(original_file).name if original_file else "generated"
             if original:
                 return f"{name}:{original}"
@@ -133,13 +135,13 @@ class _Generated:
             if match:
                 start = next((number for number, line in enumerate(lines) if line.startswith(f"def {match.group(1)}(")), None)
                 for line in lines[start:start + 12] if start is not None else ():
-                    found = re.search(r"# from (\S+:\d+)", line)
+                    found = noted_location(line)
                     if found:
-                        return found.group(1)
+                        return found
         for index in range(min(lineno, len(lines)) - 1, max(-1, lineno - 80), -1):
-            match = re.search(r"# from (\S+:\d+)", lines[index])
-            if match:
-                return match.group(1)
+            found = noted_location(lines[index])
+            if found:
+                return found
             if lines[index].startswith("def ") or lines[index].startswith("class "):
                 break
         return None
@@ -176,25 +178,6 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
         attempt.blocker_code = _short(linecache.getline(frame[0], frame[1]).strip(), 160) or None
 
 
-def tensor_diff(got: Any, expected: Any) -> float:
-    """Max |got - expected|; inf when shapes or NaN positions differ."""
-    if not isinstance(got, torch.Tensor) or not isinstance(expected, torch.Tensor):
-        return math.inf
-    if got.shape != expected.shape:
-        return math.inf
-    got, expected = got.detach().float().cpu(), expected.detach().float().cpu()
-    if not torch.equal(torch.isnan(got), torch.isnan(expected)):
-        return math.inf
-    keep = ~torch.isnan(got)
-    if not keep.any():
-        return 0.0
-    a, b = got[keep], expected[keep]
-    if not torch.equal(torch.isinf(a), torch.isinf(b)) or not torch.equal(a[torch.isinf(a)], b[torch.isinf(b)]):
-        return math.inf
-    finite = torch.isfinite(a)
-    return float((a[finite] - b[finite]).abs().max()) if finite.any() else 0.0
-
-
 def _output(outputs: Any, key: str | None = None) -> tuple[str | None, Any]:
     if outputs is None:
         return None, None
@@ -222,12 +205,14 @@ def check_architecture(
     name: str,
     *,
     multimodal: bool = True,
-    atol: float = 1e-5,
+    atol: float | None = None,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     max_parameters: int = MAX_PARAMETERS,
 ) -> CoverageRow:
-    """Run the whole check for one model class name; never raises for the model's own failures."""
+    """Run the whole check for one model class name; never raises for the model's own failures.
+    ``atol``: the largest |diff| that counts as equal (default: the sweep's row of
+    ``patcher.verify.TOLERANCES``)."""
     from ..models import build_model, resolve_model_class
     from ..traceable import load_traceable
     from .discover import find_layers, trace_targets
@@ -331,7 +316,8 @@ def check_architecture(
     generated = _Generated(traceable_cls)
     for attempt in attempts:
         if attempt.mode in samples:
-            _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file, atol)
+            _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file,
+                     sweep_tolerance(atol))
     if "multimodal" in samples:
         _vision_blocks_attempt(row, cls, config, original, classes, samples["multimodal"][:2], cache_dir, seed,
                                original_file, atol)
@@ -381,7 +367,8 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, stage, exc, _Generated(), original_file)
         return
-    _attempt(attempt, traceable, targets, samples, expected, calls, _Generated(traceable_cls), original_file, atol)
+    _attempt(attempt, traceable, targets, samples, expected, calls, _Generated(traceable_cls), original_file,
+             sweep_tolerance(atol))
 
 
 def _accepts(model, name: str) -> bool:
@@ -501,7 +488,7 @@ def _count_calls(model, targets, sample) -> int:
     return count_target_calls(model, targets, run)
 
 
-def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generated, original_file, atol) -> None:
+def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generated, original_file, within) -> None:
     from ..partition import run_subgraphs, trace_subgraphs
     from ..trace import DEFAULT_IGNORE, DroppedInputError
 
@@ -522,7 +509,7 @@ def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generat
     attempt.traced = True
     attempt.subgraphs = len(subgraphs)
     key, _ = _output(expected[0])
-    diffs = []
+    diffs, agreed = [], []
     for index, (sample, reference) in enumerate(zip(samples, expected)):
         stage = "run" if index == 0 else "reuse"
         try:
@@ -532,12 +519,14 @@ def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generat
             _record_failure(attempt, stage, exc, generated, original_file)
             break
         _, got = _output(outputs, key)
-        diffs.append(tensor_diff(got, _output(reference, key)[1]))
+        comparison = compare(got, _output(reference, key)[1], within)
+        diffs.append(comparison.max_abs_diff)
+        agreed.append(comparison.equal)
     if diffs:
         attempt.max_diff = diffs[0]
     if len(diffs) > 1:
         attempt.reuse_diff = diffs[1]
-    attempt.equal = (len(diffs) == len(samples) and all(diff <= atol for diff in diffs)
+    attempt.equal = (len(diffs) == len(samples) and all(agreed)
                      and attempt.subgraphs == attempt.expected)
     if not attempt.equal and attempt.stage is None:
         attempt.stage = "compare"

@@ -124,12 +124,13 @@ def count_target_calls(model: nn.Module, targets: list[str], run) -> int:
         nonlocal depth
         depth -= 1
 
+    from ..trace.matching import match_modules, parse_patterns
+
     handles = []
-    patterns = [re.compile(target[3:]) for target in targets if target.startswith("re:")]
-    for name, module in model.named_modules():
-        if type(module).__name__ in targets or any(pattern.fullmatch(name) for pattern in patterns):
-            handles.append(module.register_forward_pre_hook(pre))
-            handles.append(module.register_forward_hook(post, always_call=True))
+    matched, _ = match_modules(model, parse_patterns(targets))
+    for module in matched.values():
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post, always_call=True))
     try:
         run()
     finally:

@@ -6,26 +6,8 @@ from typing import Any
 
 import torch
 
+from ..config_tokens import special_tokens
 from ..samples import multimodal_sample, text_sample
-from .shrink import _ints, _is_token_key
-
-
-def special_tokens(config) -> set[int]:
-    tokens: set[int] = set()
-
-    def walk(data):
-        if isinstance(data, dict):
-            for key, value in data.items():
-                if _is_token_key(key):
-                    tokens.update(_ints(value))
-                else:
-                    walk(value)
-        elif isinstance(data, list):
-            for item in data:
-                walk(item)
-
-    walk(config.to_dict())
-    return tokens
 
 
 def _vocab_size(config) -> int:

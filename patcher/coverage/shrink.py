@@ -18,6 +18,8 @@ import copy
 import math
 from typing import Any
 
+from ..config_tokens import ints, is_token_key, is_visual_id_key
+
 HIDDEN = 64
 HEADS = 4
 KV_HEADS = 2
@@ -93,9 +95,6 @@ _WIDTH_LISTS = {"downsample_channels"}
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
-#: First words of the ids of image input tokens that do not say "token" (MiniCPM-V 4.7's
-#: ``image_start_id``, ``slice_end_id``, ``newline_id``): ids in the text vocabulary all the same.
-_VISUAL_MARKER_WORDS = ("image", "video", "slice", "newline")
 #: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
 
@@ -132,8 +131,8 @@ class _Shrinker:
     def collect_tokens(self, data: Any) -> None:
         if isinstance(data, dict):
             for key, value in data.items():
-                if _is_token_key(key):
-                    for token in _ints(value):
+                if is_token_key(key):
+                    for token in ints(value):
                         if 0 <= token < VOCAB:
                             self.used_ids.add(token)
                 else:
@@ -162,7 +161,7 @@ class _Shrinker:
                 data[key] = self.shrink(value)
             elif isinstance(value, list) and value and all(_is_config(item) for item in value):
                 data[key] = [self.shrink(item) for item in value]
-            elif _is_token_key(key):
+            elif is_token_key(key):
                 data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
             elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
                 data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
@@ -210,7 +209,7 @@ class _Shrinker:
         if not _is_config(data.get("vision_config")):
             return
         for key in sorted(data):
-            if data[key] is None and _is_visual_id_key(key):
+            if data[key] is None and is_visual_id_key(key):
                 data[key] = self.fresh_id()
 
     @staticmethod
@@ -521,30 +520,6 @@ def _is_layer_dict(key, value: dict, old: int | None) -> bool:
 def _is_natural(value: Any) -> bool:
     """A non-negative int (a count or an index; not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_visual_id_key(key) -> bool:
-    return isinstance(key, str) and key.endswith("_id") and key.split("_")[0] in _VISUAL_MARKER_WORDS
-
-
-def _is_token_key(key) -> bool:
-    if not isinstance(key, str):
-        return False
-    if _is_visual_id_key(key):
-        return True
-    key = key.lower()
-    return "token" in key and (key.endswith("_id") or key.endswith("_ids") or key.endswith("_index")
-                               or key.endswith("_idx") or key.endswith("token"))
-
-
-def _ints(value: Any):
-    if isinstance(value, bool):
-        return
-    if isinstance(value, int):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _ints(item)
 
 
 def _is_index_list(key: str, value: list, old: int) -> bool:

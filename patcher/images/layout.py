@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..samples import register_multimodal_sample, text_sample
+from ..sample_builders import register_multimodal_sample, registered_builder, text_sample
 from .tokens import check_counts, decoder_rows, features_per_image, first_field, image_feature_method, image_token_id, token_rows
 
 Size = tuple[int, int]
@@ -174,8 +174,7 @@ def _first_accepted(model, candidates: list[dict], total: int) -> tuple[dict, in
 
 def register_layout(layout: ImageLayout) -> ImageLayout:
     """Register the layout's builder for each of its model types that has no builder yet (the zoo's
-    own builders, registered on ``import zoo``, replace these for its model types)."""
-    from ..samples import _MULTIMODAL_BUILDERS
+    own builders, registered when the zoo is loaded, replace these for its model types)."""
 
     def builder(config, **kwargs):
         return build_image_sample(layout, config, **kwargs)
@@ -184,7 +183,7 @@ def register_layout(layout: ImageLayout) -> ImageLayout:
     builder.__doc__ = build_image_sample.__doc__
     builder.layout = layout  # type: ignore[attr-defined]
     for model_type in layout.model_types:
-        if model_type not in _MULTIMODAL_BUILDERS:
+        if registered_builder(model_type) is None:
             register_multimodal_sample(model_type)(builder)
             layout.registered.append(model_type)
     return layout

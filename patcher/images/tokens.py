@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ..config_tokens import special_tokens
+
 
 def first_field(config, names, default=None):
     for name in names:
@@ -31,12 +33,6 @@ def image_token_id(config) -> int:
         raise ValueError(f"{config.model_type}: the config has no image_token_id / image_token_index, so there is "
                          "no placeholder to put image features at; pass your own sample")
     return int(token)
-
-
-def all_special_tokens(config) -> set[int]:
-    from ..coverage.samples import special_tokens
-
-    return special_tokens(config)
 
 
 def pad_token_id(config) -> int:
@@ -66,7 +62,7 @@ def text_pool(config) -> torch.Tensor:
     """The ids of ordinary text tokens: the text vocabulary less every special token of the config."""
     vocab_size = config.get_text_config().vocab_size
     allowed = torch.ones(vocab_size, dtype=torch.bool)
-    special = [token for token in all_special_tokens(config) if 0 <= token < vocab_size]
+    special = [token for token in special_tokens(config) if 0 <= token < vocab_size]
     if special:
         allowed[special] = False
     return allowed.nonzero().flatten()

@@ -10,14 +10,8 @@ from torch import fx, nn
 from ..trace.errors import MissingInputError
 from ..trace.runtime import TraceRecord
 from ..trace.hooks import check_run_time
-from ..trace.tracer import (
-    ROOT_ATTRIBUTE,
-    GraphRoot,
-    TracedGraph,
-    compile_graph,
-    gc_paused,
-    trace_graph,
-)
+from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused
+from ..trace.tracer import trace_graph
 
 
 @dataclass

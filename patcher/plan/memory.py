@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..partition import Subgraph
-from ..trace.tracer import ROOT_ATTRIBUTE, GraphRoot
+from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
 
 ALGORITHMS = ("none", "gptq")
 

@@ -40,6 +40,16 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     *TOWER_HELPERS,
 )
 
+#: The checks on that list: the tracer keeps them opaque like the rest, but the rewriter moves each
+#: with its message (TZ102) rather than forwarding it (TZ106).
+CHECKS_IGNORED: tuple[str, ...] = ("torch_compilable_check",)
+
+#: What the rewriter forwards to module-level wrappers (TZ106): the list above, less its checks and
+#: the vision towers' helpers (kept opaque by the tracer itself when a tower is traced through;
+#: forwarders for them would only add code to every VLM's file).
+FORWARDED_BY_REWRITER: tuple[str, ...] = tuple(name for name in DEFAULT_IGNORE
+                                               if name not in CHECKS_IGNORED and name not in TOWER_HELPERS)
+
 
 def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
     """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..partition import Subgraph
-    from ..trace.tracer import TracedGraph
+    from ..trace.graph_runtime import TracedGraph
 
 # to_dot and should_collapse import torch (seconds): loaded on first use, so that
 # `patcher graph --help` stays fast.

@@ -11,7 +11,7 @@ from typing import Sequence
 from torch import nn
 
 from ..partition import Subgraph
-from ..trace.tracer import TracedGraph
+from ..trace.graph_runtime import TracedGraph
 from .partition import ATTR, MODULE, OP, OPAQUE, TARGET, PartitionView, attr_label, build_view
 
 from .limits import AUTO_COLLAPSE_NODES, AUTO_COLLAPSE_SUBGRAPHS

@@ -16,7 +16,7 @@ from torch import fx, nn
 
 from ..partition import Subgraph
 from ..registry.wrapped import is_check_name, is_wrapped_name
-from ..trace.tracer import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph
+from ..trace.graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph
 
 #: Node kinds, in legend order.
 TARGET = "target"

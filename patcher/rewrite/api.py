@@ -15,6 +15,7 @@ from typing import Sequence
 import libcst as cst
 
 from ..files import stale_files, write_pair_atomic
+from ..registry.origins import line_map
 from ..registry.rules import NO_RULE, RULES
 from . import file_header as hdr
 from .engine import Blocker, Rewrite, run_rules
@@ -221,23 +222,13 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
                        blockers=list(state.blockers), source=source)
 
 
-def _line_map(before: str, after: str) -> dict[int, int]:
-    """1-based lines of `after` that survive unchanged from `before` -> their line there."""
-    a, b = before.splitlines(), after.splitlines()
-    mapping: dict[int, int] = {}
-    for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
-        for k in range(block.size):
-            mapping[block.b + k + 1] = block.a + k + 1
-    return mapping
-
-
 def _settle(original: str, module: cst.Module, state, *, filename, targets, ignore, passes: int = 3) -> cst.Module:
     """Re-run the rules on the functions where a hoist turned a list into a proxy, until nothing
     new fires: code *before* the hoist (in a loop) may iterate it. Later rewrites are recorded
     with lines of `original`."""
     only = set(state.unsettled)
     for _ in range(passes):
-        mapping = _line_map(original, module.code)
+        mapping = line_map(original, module.code)
         new_module, again = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=(),
                                       only=only, redirect=state.redirect_methods, line_map=mapping)
         if not again.rewrites:

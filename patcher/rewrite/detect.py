@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ..registry.ignore import CHECKS_IGNORED
 from ..registry.rules import ASSERT, BOOL, CHECK, DATA, FINFO, ITER, SETITEM, SIZES, STARRED
 from .taint import CLEAN, META, VALUE, Taint, dotted
 from .walk import children
@@ -22,7 +23,7 @@ ITERATING_CALLS = frozenset(
 )
 # torch factories that take sizes as varargs: with proxies only the one-tuple form parses.
 SIZE_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn"})
-CHECK_CALLS = frozenset({"torch_compilable_check", "torch._check", "torch._check_with", "torch._assert",
+CHECK_CALLS = frozenset({*CHECKS_IGNORED, "torch._check", "torch._check_with", "torch._assert",
                          "torch._check_tensor_all", "torch._check_tensor_all_with"})
 
 

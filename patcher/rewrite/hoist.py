@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ..registry.origins import origin_note
 from .bound import writes_first
 from .name_use import name_use
 from .walk import descendants
@@ -124,7 +125,7 @@ def hoist(
     try_stmt = cst.Try(
         body=cst.IndentedBlock(body),
         handlers=[handler],
-        leading_lines=[cst.EmptyLine(comment=cst.Comment(f"# from {origin}"))],
+        leading_lines=[cst.EmptyLine(comment=cst.Comment(origin_note(origin)))],
     )
     fn_body: list[cst.BaseStatement] = [
         cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(w))], cst.Name("None"))]) for w in unset
@@ -232,7 +233,7 @@ def forwarding_wrapper(name: str, target: str, *, method: bool, origin: str) -> 
     src = (
         f"@torch.fx.wrap\n"
         f"def {name}({params}):\n"
-        f"    # from {origin}\n"
+        f"    {origin_note(origin)}\n"
         f"    try:\n"
         f"        return {call}\n"
         f"    except Exception as _tz_exc:\n"

@@ -16,7 +16,8 @@ from .errors import (
     UntraceableCodeError,
 )
 from .liveness import DroppedInputError
-from .tracer import DEFAULT_IGNORE, SequentialTracer, TracedGraph, trace_graph
+from .graph_runtime import TracedGraph
+from .tracer import DEFAULT_IGNORE, SequentialTracer, trace_graph
 
 __all__ = [
     "DEFAULT_IGNORE",

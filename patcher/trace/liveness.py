@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import torch
 from torch import fx
 
+from ..registry.origins import noted_origin
 from ..registry.wrapped import CHECK_PREFIX
 from .errors import TracingError
 
@@ -131,9 +132,9 @@ def _moved_from(function: Any) -> str | None:
     import linecache
 
     for lineno in range(code.co_firstlineno, code.co_firstlineno + 4):
-        line = linecache.getline(code.co_filename, lineno).strip()
-        if line.startswith("# from "):
-            return line[len("# from "):]
+        origin = noted_origin(linecache.getline(code.co_filename, lineno))
+        if origin:
+            return origin
     return None
 
 

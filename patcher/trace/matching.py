@@ -43,6 +43,13 @@ class ModulePattern:
         return type(module).__name__ == self.text
 
 
+def class_name_entries(entries: Iterable[str] | str) -> list[str]:
+    """The entries that name a module class, not a ``re:`` pattern on module names (which the
+    rewriter, reading source, cannot see)."""
+    entries = [entries] if isinstance(entries, str) else list(entries)
+    return [entry for entry in entries if not entry.startswith(REGEX_PREFIX)]
+
+
 def parse_patterns(entries: Iterable[str] | str | None) -> list[ModulePattern]:
     if entries is None:
         return []

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import gc
 import inspect
 import itertools
 import operator
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -24,6 +22,7 @@ from transformers.utils import ModelOutput
 
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import diagnose
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -46,8 +45,6 @@ from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
 
-ROOT_ATTRIBUTE = "_tracezoo_root"
-CONSTANT_PREFIX = "_tracezoo_constant_"
 
 
 class TracingProxy(fx.Proxy):
@@ -177,73 +174,6 @@ class SequentialTracer(fx.Tracer):
 def _is_plain_object(value: Any) -> bool:
     # Objects fx does not know (dtype-likes, enums are handled by fx itself) travel by reference.
     return not isinstance(value, (list, tuple, dict, set, fx.Proxy))
-
-
-@dataclass
-class TracedGraph:
-    """A whole-model fx graph plus what it needs at run time.
-
-    ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
-    any hooks on them) are the ones called. It checks the run against ``record`` (see
-    :class:`~patcher.trace.runtime.TraceRecord`): an input the graph was not traced with, a
-    missing one, a constant of the trace with another value, another train/eval mode or a model
-    of another structure raise instead of computing something else.
-    Modules the tracer walked through (``traced_through``,
-    "" for the root) are inlined, not called: a hook added to one of them after tracing would never
-    run, so ``forward`` raises ``HookError`` instead.
-    """
-
-    graph: fx.Graph
-    input_names: list[str]
-    constants: dict[str, Any]
-    target_names: list[str] = field(default_factory=list)
-    record: TraceRecord | None = field(default=None, repr=False)
-    traced_through: list[str] = field(default_factory=list)
-    _forward: Any = field(default=None, repr=False)
-
-    def forward(self, model: nn.Module, **inputs):
-        check_run_time(model, self.traced_through)
-        if self.record is not None:
-            self.record.check_model_inputs(inputs, "TracedGraph.forward")
-            self.record.check_model(model, None, "TracedGraph.forward")
-        else:
-            missing = [name for name in self.input_names if name not in inputs]
-            if missing:
-                raise KeyError(f"the graph needs {', '.join(map(repr, missing))}, which the inputs do not have")
-        if self._forward is None:
-            self._forward = compile_graph(self.graph)
-        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
-
-    __call__ = forward
-
-
-class GraphRoot:
-    """``self`` of generated graph code: the model, plus constants captured while tracing."""
-
-    __slots__ = ("_model", "_constants")
-
-    def __init__(self, model: nn.Module, constants: Mapping[str, Any]):
-        self._model = model
-        self._constants = constants
-
-    def __getattr__(self, name: str):
-        if name == ROOT_ATTRIBUTE:
-            return self._model
-        constant = self._constants.get(name, _MISSING)
-        if constant is not _MISSING:
-            return constant
-        return getattr(self._model, name)
-
-
-_MISSING = object()
-
-
-def compile_graph(graph: fx.Graph):
-    """Compile an fx graph into a Python function ``forward(root, *placeholders)``."""
-    code = graph.python_code(root_module="self")
-    namespace = dict(code.globals)
-    exec(compile(code.src, "<tracezoo-graph>", "exec"), namespace)
-    return namespace["forward"]
 
 
 def _forward_parameters(model: nn.Module) -> tuple[Any, inspect.Signature]:
@@ -555,19 +485,6 @@ def _tensor_shapes(graph: fx.Graph, model: nn.Module, tracer: SequentialTracer) 
             for name, parameter in module.named_parameters(recurse=False):
                 shapes[f"{node.target}.{name}"] = tuple(parameter.shape)
     return shapes
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector: tracing builds millions of small objects that reference
-    each other, and full collections rescanning them took half the time on 100,000-layer chains."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @contextlib.contextmanager

@@ -8,21 +8,15 @@ for the dtype otherwise).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import torch
 from torch import nn
 
-from ..partition import Subgraph, run_subgraphs
-from ..trace.matching import resolve_targets
+from .compare import EXACT, Tolerance, compare
 
-#: (rtol, atol) per dtype for comparing against an eager run whose kernels may differ
-#: (e.g. a graph traced on CPU, run on GPU). Same kernels compare exactly: use (0, 0).
-DTYPE_TOLERANCES = {
-    torch.float32: (1.3e-6, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float16: (1e-3, 1e-3),
-}
+if TYPE_CHECKING:
+    from ..partition import Subgraph
 
 
 class PartitionMismatch(AssertionError):
@@ -42,6 +36,8 @@ class EquivalenceReport:
 
 def targets_called_eagerly(model: nn.Module, inputs: Mapping[str, Any], sequential_targets) -> tuple[list[str], Any]:
     """Run the eager model, recording the targets it calls in order; return (names, output)."""
+    from ..trace.matching import resolve_targets  # here: importing verify stays cheap (the sweep reads compare)
+
     targets = resolve_targets(model, sequential_targets)
     called: list[str] = []
     handles = [
@@ -62,10 +58,10 @@ def verify_subgraphs(
     subgraphs: list[Subgraph],
     inputs: Mapping[str, Any],
     sequential_targets: Iterable[str] | str,
-    rtol: float = 0.0,
-    atol: float = 0.0,
+    within: Tolerance = EXACT,
 ) -> EquivalenceReport:
-    """Raise ``PartitionMismatch`` unless the chain matches eager on ``inputs``.
+    """Raise ``PartitionMismatch`` unless the chain matches eager on ``inputs`` (exactly, unless
+    ``within`` is another row of ``TOLERANCES``).
 
     >>> import torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -77,6 +73,8 @@ def verify_subgraphs(
     >>> print(verify_subgraphs(model, subgraphs, {"input_ids": torch.randint(0, 64, (2, 7))}, ["LlamaDecoderLayer"]))
     2 targets called, max |diff| logits: 0
     """
+    from ..partition import run_subgraphs
+
     called, eager = targets_called_eagerly(model, inputs, sequential_targets)
     placed = [target for subgraph in subgraphs for target in subgraph.targets]
     if sorted(called) != sorted(placed):
@@ -93,9 +91,8 @@ def verify_subgraphs(
     for name, value in expected.items():
         if name not in got:
             raise PartitionMismatch(f"the subgraphs do not return {name!r} (they return {sorted(got)})")
-        try:
-            torch.testing.assert_close(got[name], value, rtol=rtol, atol=atol)
-        except AssertionError as exc:
-            raise PartitionMismatch(f"output {name!r} differs from eager:\n{exc}") from None
-        diffs[name] = (got[name].float() - value.float()).abs().max().item() if value.numel() else 0.0
+        comparison = compare(got[name], value, within)
+        if not comparison.equal:
+            raise PartitionMismatch(f"output {name!r} differs from eager:\n{comparison.message}")
+        diffs[name] = comparison.max_abs_diff if value.numel() else 0.0
     return EquivalenceReport(list(expected), diffs, called)

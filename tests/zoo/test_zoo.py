@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import zoo
 from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.models import build_model, load_config
+from patcher.verify import EXACT, assert_equivalent, tolerance
 from zoo._entries import ENTRIES, recipe
 
 TRACEABLE = {
@@ -80,14 +81,14 @@ def zoo_inputs(draw, entry):
                 image_size=image_size, generator=torch.Generator().manual_seed(seed))
 
 
-def check_equal(entry, multimodal, inputs, device="cpu", rtol=0.0, atol=0.0):
+def check_equal(entry, multimodal, inputs, device="cpu", within=EXACT):
     original, traceable = models(entry, device)
     subgraphs, graph = traced(entry, multimodal, device)
     sample = recipe(entry).build_sample(original.config, multimodal=multimodal, device=device, **inputs)
     with torch.no_grad():
         expected = original(**sample).logits
-        torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], expected, rtol=rtol, atol=atol)
-        torch.testing.assert_close(graph.forward(traceable, **sample)["logits"], expected, rtol=rtol, atol=atol)
+        assert_equivalent(run_subgraphs(traceable, subgraphs, sample)["logits"], expected, within, "subgraph logits")
+        assert_equivalent(graph.forward(traceable, **sample)["logits"], expected, within, "graph logits")
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
@@ -204,16 +205,15 @@ def test_failed_regeneration_names_the_rewrites_that_no_longer_apply(monkeypatch
 
 
 # -- GPU: the same proofs on CUDA when one is present (skipped otherwise) -----------------------
-# Half precision rounds differently in the traced and eager runs only where kernels differ; the
-# chain calls the same modules, so fp32 stays exact and half precision gets a dtype tolerance.
-GPU_DTYPES = [(torch.float32, 0.0, 0.0), (torch.bfloat16, 1.6e-2, 1e-2), (torch.float16, 1e-3, 1e-3)]
+# The chain calls the same modules as eager: patcher.verify.TOLERANCES' "same kernels" row (fp32 exact).
+GPU_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
 @pytest.mark.parametrize("multimodal", [False, True], ids=["text", "multimodal"])
-@pytest.mark.parametrize("dtype, rtol, atol", GPU_DTYPES, ids=["fp32", "bf16", "fp16"])
-def test_equal_on_gpu(entry, multimodal, dtype, rtol, atol):
+@pytest.mark.parametrize("dtype", GPU_DTYPES, ids=["fp32", "bf16", "fp16"])
+def test_equal_on_gpu(entry, multimodal, dtype):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     spec = recipe(entry)
@@ -229,5 +229,5 @@ def test_equal_on_gpu(entry, multimodal, dtype, rtol, atol):
     for inputs in (dict(batch_size=2, seq_len=5, left_padding=1), dict(batch_size=1, seq_len=8, num_images=2)):
         sample = spec.build_sample(original.config, multimodal=multimodal, device="cuda", dtype=dtype, **inputs)
         with torch.no_grad():
-            torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"],
-                                       original(**sample).logits, rtol=rtol, atol=atol)
+            assert_equivalent(run_subgraphs(traceable, subgraphs, sample)["logits"], original(**sample).logits,
+                              tolerance(dtype, "same kernels"), "subgraph logits")

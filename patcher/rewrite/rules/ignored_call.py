@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.ignore import DEFAULT_IGNORE as TRACER_DEFAULT_IGNORE
+from ...registry.ignore import FORWARDED_BY_REWRITER
 from ...registry.rules import RULES, TZ106
-from ...registry.ignore import TOWER_HELPERS
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 
 SPEC = RULES[TZ106]
 CODE = SPEC.code
 
-# The tracer's list, one source of truth: mask builders and helpers whose bodies branch on
-# tensor values. `torch_compilable_check` is TZ102's (a check, moved with its message), not a
-# forwarder's. The vision towers' helpers (TOWER_HELPERS) are kept opaque by the tracer itself
-# when a tower is traced through; forwarders for them would only add code to every VLM's file.
-DEFAULT_IGNORE = tuple(name for name in TRACER_DEFAULT_IGNORE
-                       if name != "torch_compilable_check" and name not in TOWER_HELPERS)
+# The one ignore list (registry.ignore), less the checks on it (TZ102's) and the towers' helpers.
+DEFAULT_IGNORE = FORWARDED_BY_REWRITER
 
 
 class _Redirect(ScopedTransformer):

@@ -1,0 +1,103 @@
+"""Running a traced graph: :class:`TracedGraph` (a whole-model graph and what it needs at run time),
+the root its generated code reads the model and the trace's constants from, and its compilation.
+
+The tracer (:mod:`.tracer`) produces these; the partition and verify layers run them without
+needing the tracer itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from torch import fx, nn
+
+from .hooks import check_run_time
+from .runtime import TraceRecord
+
+#: The ``get_attr`` target of the generated code that stands for the model itself.
+ROOT_ATTRIBUTE = "_tracezoo_root"
+#: Name prefix of the values captured while tracing (``GraphRoot`` serves them by name).
+CONSTANT_PREFIX = "_tracezoo_constant_"
+
+
+@dataclass
+class TracedGraph:
+    """A whole-model fx graph plus what it needs at run time.
+
+    ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
+    any hooks on them) are the ones called. It checks the run against ``record`` (see
+    :class:`~patcher.trace.runtime.TraceRecord`): an input the graph was not traced with, a
+    missing one, a constant of the trace with another value, another train/eval mode or a model
+    of another structure raise instead of computing something else.
+    Modules the tracer walked through (``traced_through``,
+    "" for the root) are inlined, not called: a hook added to one of them after tracing would never
+    run, so ``forward`` raises ``HookError`` instead.
+    """
+
+    graph: fx.Graph
+    input_names: list[str]
+    constants: dict[str, Any]
+    target_names: list[str] = field(default_factory=list)
+    record: TraceRecord | None = field(default=None, repr=False)
+    traced_through: list[str] = field(default_factory=list)
+    _forward: Any = field(default=None, repr=False)
+
+    def forward(self, model: nn.Module, **inputs):
+        check_run_time(model, self.traced_through)
+        if self.record is not None:
+            self.record.check_model_inputs(inputs, "TracedGraph.forward")
+            self.record.check_model(model, None, "TracedGraph.forward")
+        else:
+            missing = [name for name in self.input_names if name not in inputs]
+            if missing:
+                raise KeyError(f"the graph needs {', '.join(map(repr, missing))}, which the inputs do not have")
+        if self._forward is None:
+            self._forward = compile_graph(self.graph)
+        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
+
+    __call__ = forward
+
+
+class GraphRoot:
+    """``self`` of generated graph code: the model, plus constants captured while tracing."""
+
+    __slots__ = ("_model", "_constants")
+
+    def __init__(self, model: nn.Module, constants: Mapping[str, Any]):
+        self._model = model
+        self._constants = constants
+
+    def __getattr__(self, name: str):
+        if name == ROOT_ATTRIBUTE:
+            return self._model
+        constant = self._constants.get(name, _MISSING)
+        if constant is not _MISSING:
+            return constant
+        return getattr(self._model, name)
+
+
+_MISSING = object()
+
+
+def compile_graph(graph: fx.Graph):
+    """Compile an fx graph into a Python function ``forward(root, *placeholders)``."""
+    code = graph.python_code(root_module="self")
+    namespace = dict(code.globals)
+    exec(compile(code.src, "<tracezoo-graph>", "exec"), namespace)
+    return namespace["forward"]
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector: tracing builds millions of small objects that reference
+    each other, and full collections rescanning them took half the time on 100,000-layer chains."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
