@@ -341,6 +341,11 @@ def has_image_path(cls, config) -> bool:
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
+#: The stage of a vision-blocks attempt on a model whose images reach the text model without a
+#: tower of blocks: nothing to split, so neither a failure nor a success of the attempt.
+NO_TOWER = "no tower"
+
+
 def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, samples_expected, cache_dir, seed,
                            original_file, atol) -> None:
     """The image samples again, with the vision tower's blocks before the text layers as targets:
@@ -354,7 +359,10 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
     try:
         row.vision_targets = find_tower_blocks(original)
         if not row.vision_targets:
-            raise ValueError("no vision tower with a list of blocks found (patcher.find_tower_blocks)")
+            # Fuyu, Gemma 4 Unified: patches go through a projection, there is no tower to split
+            attempt.ran, attempt.stage = False, NO_TOWER
+            attempt.error = "no vision tower with a list of blocks (patcher.find_tower_blocks found none)"
+            return
         targets = row.vision_targets + [target for target in row.targets if target not in row.vision_targets]
         extra = {"use_cache": False} if _accepts(original, "use_cache") else {}
         calls = _count_calls(original, targets, {**samples[0], **extra})

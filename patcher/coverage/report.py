@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .check import Attempt, CoverageRow
+from .check import NO_TOWER, Attempt, CoverageRow
 
 
 def _pct(part: int, whole: int) -> str:
@@ -35,11 +35,16 @@ def summary(rows: list[CoverageRow]) -> str:
 
 
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
-    """``; vision blocks: X of Y exact``: of the VLMs whose image sample works (Y), those whose
-    chain of vision blocks + text layers equals eager (X); empty for a sweep without the attempt."""
-    tried = [row for row in mm_built if getattr(row, "vision_blocks", None) is not None]
+    """``; vision blocks: X of Y exact (N without a tower)``: of the VLMs whose image sample works
+    and that have a vision tower of blocks (Y), those whose chain of vision blocks + text layers
+    equals eager (X); models without such a tower are counted apart. Empty for a sweep without the
+    attempt."""
+    attempted = [row for row in mm_built if getattr(row, "vision_blocks", None) is not None]
+    tried = [row for row in attempted if row.vision_blocks.stage != NO_TOWER]
     exact = [row for row in tried if row.vision_blocks.equal]
-    return f"; vision blocks: {len(exact)} of {len(tried)} exact" if tried else ""
+    without = len(attempted) - len(tried)
+    return (f"; vision blocks: {len(exact)} of {len(tried)} exact" + (f" ({without} without a tower)" if without else "")
+            if attempted else "")
 
 
 def _vision_cell(row: CoverageRow) -> str:
@@ -48,6 +53,8 @@ def _vision_cell(row: CoverageRow) -> str:
         return "-"
     if attempt.equal:
         return f"equal ({attempt.subgraphs})"
+    if not attempt.ran:
+        return attempt.stage or "-"
     if attempt.traced:
         return f"traced {attempt.subgraphs}/{attempt.expected} {_diff(attempt.max_diff)}/{_diff(attempt.reuse_diff)}"
     where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
