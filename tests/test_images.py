@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from patcher.coverage.check import MIN_IMAGE_INFLUENCE, _build, tensor_diff, with_other_pixels
 from patcher.coverage.shrink import shrink_config
 from patcher.images import layout_for, second_layout
+from patcher.images.layout import forward_inputs
 from patcher.images.tokens import features_per_image, image_token_id
 from patcher.samples import multimodal_builder, multimodal_sample
 
@@ -251,59 +252,240 @@ def test_a_config_without_an_image_token_names_the_cause():
         image_token_id(SimpleNamespace(model_type="blip-2", image_token_index=None))
 
 
-# -- the synthetic layout against the real image processors (they need torchvision) ---------------
+# -- the synthetic layout against the real image processors -----------------------------------------
+# Each family's sample is checked against the image processor of one of its model types, built from
+# its defaults (no hub download) with the shrunk config's sizes where the two must agree, and run on a
+# random image; the sample is then drawn at the size the processor resized the image to. transformers'
+# PIL backends run without torchvision; a processor that has only the torchvision backend skips,
+# naming the class. One image in one text row on both sides: how several images are batched or packed
+# (padded to the largest image, packed into one row) is the processor's choice per batch and differs
+# from ours by design, so what is compared is the layout of one image.
 
-def _image(height: int, width: int):
+TEXT_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "image_embeds_position_mask",
+               "decoder_input_ids"}
+
+
+def _random_image(height: int, width: int):
+    image = pytest.importorskip("PIL.Image")
     import numpy as np
 
-    return (np.random.default_rng(0).random((height, width, 3)) * 255).astype("uint8")
+    return image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
-def test_qwen_vl_layout_matches_the_image_processor():
-    pytest.importorskip("torchvision")
-    config = transformers.Qwen2VLConfig()
-    size = layout_for("qwen2_vl").default_size(config)
-    processed = transformers.Qwen2VLImageProcessor()(images=[_image(*size)], return_tensors="pt")
-    ours = layout_for("qwen2_vl").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
-    assert ours["pixel_values"].shape == processed["pixel_values"].shape
-    assert torch.equal(ours["image_grid_thw"], processed["image_grid_thw"])
+def _shrunk(name: str):
+    return shrink_config(getattr(transformers, name).config_class)
+
+
+def _torchvision_only(class_name: str):
+    pytest.importorskip("torchvision", reason=f"{class_name} has no PIL backend in transformers "
+                                              f"{transformers.__version__}: it needs torchvision")
+
+
+def _processor_inputs(processed, config, passthrough=()) -> dict:
+    """The processor's outputs that the model's forward takes; the rest (patch counts, grids of the
+    crops) are the processor's own notes for laying out the text. ``passthrough``: outputs that are
+    no pixel input although forward has an argument of that name (handed back unused, or replaced
+    by the text's)."""
+    accepted = forward_inputs(config)
+    return {name: value for name, value in processed.items() if name in accepted and name not in passthrough}
+
+
+def _synthetic_inputs(family: str, config, size, model=None) -> dict:
+    # the family's own sample, not a zoo builder that replaces it for the model type
+    assert multimodal_builder(config.model_type).layout.name == family
+    sample = multimodal_sample(config, batch_size=1, seq_len=2, image_size=size,
+                               generator=torch.Generator().manual_seed(0), model=model)
+    # tensors only: a flag such as GIT's interpolate_pos_encoding is no pixel input
+    return {name: value for name, value in sample.items()
+            if name not in TEXT_INPUTS and isinstance(value, torch.Tensor)}
+
+
+def _assert_same_layout(ours: dict, theirs: dict) -> None:
+    """The same input names, dtypes and shapes; inputs that are not pixels (grids, sizes, masks,
+    positions: every integer or bool input) the same values."""
+    assert sorted(ours) == sorted(theirs)
+    for name, expected in theirs.items():
+        got = ours[name]
+        assert got.dtype == expected.dtype, (name, got.dtype, expected.dtype)
+        assert got.shape == expected.shape, (name, tuple(got.shape), tuple(expected.shape))
+        if not expected.is_floating_point():
+            assert torch.equal(got, expected), name
+
+
+def _without_padding(ours: dict, theirs: dict, real: int) -> tuple[dict, dict]:
+    """Inputs padded along dim 1 to a patch budget: the processor pads to its budget, ours by a
+    little or not at all (by design: the padding count is the processor's per batch); past the
+    ``real`` rows both must hold padding, the processor's one padding row. Returns both cut to the
+    ``real`` rows."""
+    for name, expected in theirs.items():
+        pad, our_pad = expected[:, real:], ours[name][:, real:]
+        assert pad.shape[1] > 0 and ours[name].shape[1] >= real, name
+        assert (pad == pad[:, :1]).all() and (our_pad == pad[:, :1]).all(), name
+    cut = lambda inputs: {name: value[:, :real] for name, value in inputs.items()}  # noqa: E731
+    return cut(ours), cut(theirs)
+
+
+@pytest.mark.parametrize("name,processor_class", [("PaliGemmaForConditionalGeneration", "SiglipImageProcessorPil"),
+                                                  ("VipLlavaForConditionalGeneration", "CLIPImageProcessorPil")])
+def test_square_layout_matches_the_image_processor(name, processor_class):
+    config = _shrunk(name)
+    side = layout_for(config.model_type).default_size(config)[0]
+    size = {"height": side, "width": side} if processor_class.startswith("Siglip") else {"shortest_edge": side}
+    processor = getattr(transformers, processor_class)(size=size, crop_size={"height": side, "width": side})
+    processed = processor(images=[_random_image(2 * side + 3, side + 5)], return_tensors="pt")
+    theirs = _processor_inputs(processed, config)
+    _assert_same_layout(_synthetic_inputs("square", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+def test_pixtral_layout_matches_the_image_processor():
+    config = _shrunk("Mistral3ForConditionalGeneration")
+    processor = transformers.PixtralImageProcessorPil(patch_size=config.vision_config.patch_size)
+    theirs = _processor_inputs(processor(images=[_random_image(40, 70)], return_tensors="pt"), config)
+    (size,) = theirs["image_sizes"].tolist()  # rounded up to whole patches
+    _assert_same_layout(_synthetic_inputs("pixtral", config, tuple(size)), theirs)
+
+
+@pytest.mark.parametrize("name,processor_class", [("Qwen3VLForConditionalGeneration", "Qwen2VLImageProcessorPil"),
+                                                  ("Glm4vForConditionalGeneration", "Glm4vImageProcessorPil")])
+def test_qwen_vl_layout_matches_the_image_processor(name, processor_class):
+    config = _shrunk(name)
+    vision = config.vision_config
+    processor = getattr(transformers, processor_class)(patch_size=vision.patch_size,
+                                                       merge_size=vision.spatial_merge_size,
+                                                       temporal_patch_size=vision.temporal_patch_size)
+    theirs = _processor_inputs(processor(images=[_random_image(50, 90)], return_tensors="pt"), config)
+    (_, rows, columns), = theirs["image_grid_thw"].tolist()  # the processor's smart resize picks the size
+    size = (rows * vision.patch_size, columns * vision.patch_size)
+    _assert_same_layout(_synthetic_inputs("qwen_vl", config, size), theirs)
 
 
 def test_merged_patches_layout_matches_the_image_processor():
-    pytest.importorskip("torchvision")
-    config = transformers.Inkling2Config()
-    layout = layout_for("inkling2")
-    sizes = [layout.default_size(config), layout.other_size(config)]
-    processed = transformers.Inkling2ImageProcessor()(images=[_image(*size) for size in sizes], return_tensors="pt")
-    ours = layout.pixels(config, sizes, torch.Generator().manual_seed(0), torch.float32, set(), 1)
-    assert ours["pixel_values"].shape == processed["pixel_values"].shape
-    assert torch.equal(ours["image_grid_thw"], processed["image_grid_thw"])
+    _torchvision_only("Inkling2ImageProcessor")
+    config = _shrunk("Inkling2ForConditionalGeneration")
+    step = config.vision_config.patch_size * config.vision_config.spatial_merge_size
+    # size: the block of one image token; the processor pads the image to whole blocks
+    processor = transformers.Inkling2ImageProcessor(size={"height": step, "width": step})
+    theirs = _processor_inputs(processor(images=[_random_image(90, 130)], return_tensors="pt"), config)
+    (_, rows, columns), = theirs["image_grid_thw"].tolist()  # in merged patches (image tokens)
+    _assert_same_layout(_synthetic_inputs("merged_patches", config, (rows * step, columns * step)), theirs)
 
 
-def test_llava_next_layout_matches_the_image_processor():
-    pytest.importorskip("torchvision")
-    config = transformers.LlavaNextConfig()
-    size = layout_for("llava_next").default_size(config)
-    processed = transformers.LlavaNextImageProcessor()(images=[_image(*size)], return_tensors="pt")
-    ours = layout_for("llava_next").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
-    assert ours["pixel_values"].shape == processed["pixel_values"].shape
-    assert ours["image_sizes"].tolist() == processed["image_sizes"].tolist()
+def test_idefics_layout_matches_the_image_processor():
+    config = _shrunk("Idefics3ForConditionalGeneration")
+    side = config.vision_config.image_size
+    # one tile at the tower's size: no splitting into sub-images
+    processor = transformers.Idefics3ImageProcessorPil(do_image_splitting=False, size={"longest_edge": side},
+                                                       max_image_size={"longest_edge": side})
+    theirs = _processor_inputs(processor(images=[_random_image(side + 9, side + 9)], return_tensors="pt"), config)
+    _assert_same_layout(_synthetic_inputs("idefics", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+def test_anyres_layout_matches_the_image_processor():
+    config, model = tiny(LAYOUT_CASES["anyres"])  # the token count of a tiled image needs the model
+    side = config.vision_config.image_size
+    processor = transformers.LlavaNextImageProcessorPil(image_grid_pinpoints=config.image_grid_pinpoints,
+                                                        size={"shortest_edge": side},
+                                                        crop_size={"height": side, "width": side})
+    theirs = _processor_inputs(processor(images=[_random_image(side + 2, 2 * side - 3)], return_tensors="pt"), config)
+    (size,) = theirs["image_sizes"].tolist()  # the original size: the model unpads its features by it
+    _assert_same_layout(_synthetic_inputs("anyres", config, tuple(size), model=model), theirs)
+
+
+def test_naflex_layout_matches_the_image_processor():
+    _torchvision_only("Lfm2VlImageProcessor")
+    config = _shrunk("Lfm2VlForConditionalGeneration")
+    processor = transformers.Lfm2VlImageProcessor(do_image_splitting=False, downsample_factor=config.downsample_factor,
+                                                  encoder_patch_size=config.vision_config.patch_size)
+    theirs = _processor_inputs(processor(images=[_random_image(70, 100)], return_tensors="pt"), config)
+    (rows, columns), = theirs["spatial_shapes"].tolist()
+    patch = config.vision_config.patch_size
+    ours = _synthetic_inputs("naflex", config, (rows * patch, columns * patch))
+    # the patches and their mask are padded to the processor's patch budget; spatial_shapes is not
+    shapes = {"ours": ours.pop("spatial_shapes", None), "theirs": theirs.pop("spatial_shapes")}
+    ours, theirs = _without_padding(ours, theirs, rows * columns)
+    _assert_same_layout({**ours, "spatial_shapes": shapes["ours"]}, {**theirs, "spatial_shapes": shapes["theirs"]})
 
 
 def test_navit_packed_layout_matches_the_image_processor():
-    pytest.importorskip("torchvision")
-    config = transformers.MiniCPMV4_6Config()
+    config = _shrunk("MiniCPMV4_7ForConditionalGeneration")
+    from transformers.models.minicpmv4_6.image_processing_pil_minicpmv4_6 import MiniCPMV4_6ImageProcessorPil
+
     patch = config.vision_config.patch_size
-    processor = transformers.MiniCPMV4_6ImageProcessor(patch_size=patch, downsample_mode=config.downsample_mode,
-                                                       slice_mode=False)
-    processed = processor(images=[_image(300, 200)], return_tensors="pt")
-    # the processor picks the size (it resizes to its scale resolution); one crop, no slices
-    (rows, cols), = processed["target_sizes"].tolist()
-    size = (rows * patch, cols * patch)
-    ours = layout_for("minicpmv4_6").pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
-    assert ours["pixel_values"].shape == processed["pixel_values"].shape
-    assert ours["target_sizes"].dtype == processed["target_sizes"].dtype
-    assert torch.equal(ours["target_sizes"], processed["target_sizes"])
+    # one crop (the thumbnail, no detail slices): the layout's images
+    processor = MiniCPMV4_6ImageProcessorPil(patch_size=patch, downsample_mode=config.downsample_mode, slice_mode=False)
+    theirs = _processor_inputs(processor(images=[_random_image(60, 90)], return_tensors="pt"), config)
+    (rows, columns), = theirs["target_sizes"].tolist()  # the processor resizes to its scale resolution
+    _assert_same_layout(_synthetic_inputs("navit_packed", config, (rows * patch, columns * patch)), theirs)
+
+
+def test_flat_patches_layout_matches_the_processor():
+    config = _shrunk("FuyuForCausalLM")
+    patch = config.patch_size
+    image_processor = transformers.FuyuImageProcessorPil(patch_size={"height": patch, "width": patch})
+    processed = image_processor(images=[_random_image(2 * patch - 7, 3 * patch - 1)], return_tensors="np")
+    # The image processor pads to its canvas; FuyuProcessor._process_images then cuts the image's whole
+    # patches out of it and patchifies them: its steps, here (the method itself hands torch tensors to
+    # patchify_image, which in the PIL backend takes numpy arrays only).
+    height, width = int(processed["image_unpadded_heights"][0][0]), int(processed["image_unpadded_widths"][0][0])
+    rounded = (-(-height // patch) * patch, -(-width // patch) * patch)
+    canvas = processed["images"][0][0]
+    patches = image_processor.patchify_image(canvas[None, :, : rounded[0], : rounded[1]])
+    theirs = {"pixel_values": torch.from_numpy(patches)}
+    _assert_same_layout(_synthetic_inputs("flat_patches", config, rounded), theirs)
+
+
+def test_prefix_layout_matches_the_image_processor():
+    config = _shrunk("GitForCausalLM")
+    side = config.vision_config.image_size
+    processor = transformers.CLIPImageProcessorPil(size={"shortest_edge": side},
+                                                   crop_size={"height": side, "width": side})
+    theirs = _processor_inputs(processor(images=[_random_image(side + 7, 2 * side)], return_tensors="pt"), config)
+    _assert_same_layout(_synthetic_inputs("prefix", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+def test_patch_positions_layout_matches_the_image_processor():
+    config = _shrunk("Gemma4ForConditionalGeneration")
+    vision = config.vision_config
+    # max_soft_tokens: the smallest budget the processor takes, to keep the padded patches few
+    processor = transformers.Gemma4ImageProcessorPil(patch_size=vision.patch_size,
+                                                     pooling_kernel_size=vision.pooling_kernel_size, max_soft_tokens=70)
+    theirs = _processor_inputs(processor(images=[_random_image(100, 150)], return_tensors="pt"), config)
+    positions = theirs["image_position_ids"][0]
+    real = int(positions.ne(-1).all(-1).sum())
+    columns, rows = (positions[:real].max(0).values + 1).tolist()  # (x, y)
+    ours = _synthetic_inputs("patch_positions", config, (rows * vision.patch_size, columns * vision.patch_size))
+    _assert_same_layout(*_without_padding(ours, theirs, real))
+
+
+def test_patch_positions_merged_in_the_processor_match_the_image_processor():
+    _torchvision_only("Gemma4UnifiedImageProcessor")
+    config = _shrunk("Gemma4UnifiedForConditionalGeneration")
+    vision = config.vision_config
+    processor = transformers.Gemma4UnifiedImageProcessor(patch_size=vision.patch_size, max_soft_tokens=70,
+                                                         pooling_kernel_size=vision.pooling_kernel_size)
+    theirs = _processor_inputs(processor(images=[_random_image(100, 150)], return_tensors="pt"), config)
+    positions = theirs["image_position_ids"][0]
+    real = int(positions.ne(-1).all(-1).sum())
+    columns, rows = (positions[:real].max(0).values + 1).tolist()
+    patch = config.vision_config.model_patch_size
+    ours = _synthetic_inputs("patch_positions", config, (rows * patch, columns * patch))
+    _assert_same_layout(*_without_padding(ours, theirs, real))
+
+
+def test_pix2struct_layout_matches_the_image_processor():
+    config = _shrunk("Kosmos2_5ForConditionalGeneration")
+    patch = layout_for(config.model_type).default_size(config)[0] // 2
+    processor = transformers.Kosmos2_5ImageProcessorPil(patch_size={"height": patch, "width": patch}, max_patches=8)
+    processed = processor(images=[_random_image(40, 50)], return_tensors="pt")
+    # width / height (the original size) go into forward only to be handed back in its output
+    # (the image attention_mask is replaced by the text's in Kosmos2_5Processor)
+    theirs = _processor_inputs(processed, config, passthrough=("width", "height", "attention_mask"))
+    rows, columns = processed["rows"].item(), processed["cols"].item()  # the grid that fits max_patches
+    ours = _synthetic_inputs("pix2struct", config, (rows * patch, columns * patch))
+    ours, theirs = _without_padding(ours, theirs, rows * columns)
+    _assert_same_layout(ours, theirs)
+    # the 1-based row / column ids that open each patch row
+    assert torch.equal(ours["flattened_patches"][..., :2], theirs["flattened_patches"][..., :2])
 
 
 # -- layouts the generic tests above cannot state: no token id, merged patches, no image tokens -----

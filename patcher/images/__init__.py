@@ -11,6 +11,12 @@ The builders take the common sample keywords (``batch_size``, ``seq_len``, ``lef
 model, the image tokens per image are counted by running its own ``get_image_features`` on the
 synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without (or for a model that
 has none), from the config.
+
+Each layout is checked against the image processor of one of its model types, built offline from its
+defaults and run on a random image (``tests/test_images.py``, ``-k processor``): the same pixel input
+names, per-image shapes and dtypes, and the same grids, sizes, masks and positions. transformers' PIL
+backends run without torchvision; the processors with a torchvision backend only (Inkling2, LFM2-VL,
+Gemma 4 Unified) are checked where torchvision is installed.
 """
 
 from __future__ import annotations

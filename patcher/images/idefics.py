@@ -1,6 +1,7 @@
 """The Idefics family (Idefics2/3, SmolVLM, Granite-Docling): ``pixel_values (B, N, C, S, S)`` per
-text row, ``pixel_attention_mask (B, N, S, S)`` marking real pixels (all true here: the images are
-not padded), or ``(B, N)`` marking real tiles (Granite-Docling)."""
+text row, ``pixel_attention_mask (B, N, S, S)`` (int64, as the processors give it) marking real
+pixels (all ones here: the images are not padded), or ``(B, N)`` marking real tiles
+(Granite-Docling)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     height, width = sizes[0]
     per_row = len(sizes) // rows  # images come row-major, the same number per row
     values = torch.randn(rows, per_row, channels, height, width, generator=generator).to(dtype)
-    return {"pixel_values": values, "pixel_attention_mask": torch.ones(rows, per_row, height, width, dtype=torch.bool)}
+    mask = torch.ones(rows, per_row, height, width, dtype=torch.long)
+    return {"pixel_values": values, "pixel_attention_mask": mask}
 
 
 def variants(config, pixels: dict) -> list[dict]:

@@ -36,7 +36,8 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     dim = num_channels(vision_config(config)) * patch * patch
     return {"pixel_values": torch.randn(len(sizes), count, dim, generator=generator).to(dtype),
             "spatial_shapes": torch.tensor([grid] * len(sizes), dtype=torch.long),
-            "pixel_attention_mask": torch.ones(len(sizes), count, dtype=torch.long)}
+            # int32, as Lfm2VlImageProcessor builds it (its pad_along_first_dim)
+            "pixel_attention_mask": torch.ones(len(sizes), count, dtype=torch.int32)}
 
 
 def config_count(config, size) -> int:
