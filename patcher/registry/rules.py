@@ -4,7 +4,8 @@ A rule is three things: this spec, one transform module in ``patcher/rewrite/rul
 ``RuleSpec.transform``, exposing ``SPEC`` and ``rewrite(stmt, ctx)``) and one fixture folder of
 the same name in ``tests/rewrite/fixtures/``. The rewriter runs the transforms in precedence
 order, the tracer's diagnosis matches the symptoms, and ``patcher patch --help``, the manifest and
-GUIDE.md's rule table show the summaries; ``tests/test_registry.py`` holds them together.
+GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/test_registry.py``
+holds them together.
 """
 
 from __future__ import annotations
