@@ -18,27 +18,13 @@ from pathlib import Path
 import pytest
 
 from patcher.registry import rules as registry
+from patcher.registry.guide_table import REGEN_COMMAND, TABLE_END, TABLE_START, with_rule_table
 from patcher.registry.rules import NO_RULE, RULES, diagnose_symptom, rule_for_location
 
 REPO = Path(__file__).resolve().parents[1]
 TRANSFORMS = REPO / "patcher" / "rewrite" / "rules"
 FIXTURES = REPO / "tests" / "rewrite" / "fixtures"
 GUIDE = (REPO / "GUIDE.md").read_text(encoding="utf-8")
-TABLE_START = "<!-- rule table: generated from patcher/registry/rules.py; tests/test_registry.py checks it -->"
-TABLE_END = "<!-- end of rule table -->"
-
-
-def _markdown(text: str) -> str:
-    return re.sub(r"([_*|])", r"\\\1", text)
-
-
-def rule_table() -> str:
-    rows = ["| rule | construct | what the patcher does | section |", "|---|---|---|---|"]
-    rows += [f"| {code} | {_markdown(spec.title)} | {_markdown(spec.summary)} | "
-             f"[{spec.guide_anchor}](#{spec.guide_anchor}) |" for code, spec in RULES.items()]
-    return "\n".join(rows)
-
-
 def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
     headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", markdown, re.M)
@@ -69,10 +55,22 @@ def test_no_transform_or_fixture_folder_without_a_rule():
 
 
 def test_guide_rule_table_is_the_registry():
-    assert TABLE_START in GUIDE and TABLE_END in GUIDE
-    shown = GUIDE.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
-    assert shown == rule_table(), f"GUIDE.md's rule table is stale; replace it with:\n{rule_table()}"
+    assert GUIDE.count(TABLE_START) == 1 and GUIDE.count(TABLE_END) == 1
+    assert with_rule_table(GUIDE) == GUIDE, f"GUIDE.md's rule table is stale: run `{REGEN_COMMAND}`"
     assert f"`{NO_RULE}` is no rule" in GUIDE
+
+
+def test_the_rule_table_shows_every_spec():
+    table = GUIDE.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| TZ")]
+    assert [row.split("|")[1].strip() for row in rows] == list(RULES)
+    for row, spec in zip(rows, RULES.values()):
+        assert f"(#{spec.guide_anchor})" in row and spec.title.split()[0] in row
+
+
+def test_a_stale_rule_table_is_rewritten_and_nothing_else():
+    stale = GUIDE.replace(TABLE_START, TABLE_START + "\n| TZ199 | gone | gone | [x](#x) |", 1)
+    assert stale != GUIDE and with_rule_table(stale) == GUIDE
 
 
 def test_precedence_is_data_and_the_rewriter_follows_it():

@@ -4,7 +4,8 @@ A rule is three things: this spec, one transform module in ``patcher/rewrite/rul
 ``RuleSpec.transform``, exposing ``SPEC`` and ``rewrite(stmt, ctx)``) and one fixture folder of
 the same name in ``tests/rewrite/fixtures/``. The rewriter runs the transforms in precedence
 order, the tracer's diagnosis matches the symptoms, and ``patcher patch --help``, the manifest and
-GUIDE.md's rule table show the summaries; ``tests/test_registry.py`` holds them together.
+GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/test_registry.py``
+holds them together.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ TZ103 = "TZ103"
 TZ104 = "TZ104"
 TZ105 = "TZ105"
 TZ106 = "TZ106"
+TZ107 = "TZ107"
 
 _SPECS = (
     RuleSpec(
@@ -218,6 +220,26 @@ _SPECS = (
             fix="trace with the cache off and keep the function that receives it opaque (`ignore`)",
             patterns=((r"^argument of type", None),),
             precedence=80,
+        ),),
+    ),
+    RuleSpec(
+        code=TZ107,
+        title="empty-shape guard",
+        summary="`if 0 in shape: return torch.empty(shape, ...)` before `return x.reshape(shape)` becomes a wrapped "
+                "rebinding of x to that empty tensor",
+        guide_anchor="shape-and-dtype-inference",
+        transform="empty_shape_guard",
+        stage=HOIST,
+        # Before TZ105 and TZ103, which would try to move the guard whole and refuse (it returns).
+        precedence=25,
+        claims=(),  # `0 in shape` is no issue detect.py finds: the construct is matched whole
+        symptoms=(Symptom(
+            key="empty_shape_guard",
+            title="a zero looked for in a traced shape",
+            why="`0 in shape` iterates a symbolic shape whose length and sizes fx cannot know",
+            fix="let the guard run when the graph runs: rebind the tensor to the empty one in a wrapped function",
+            patterns=((_ITERATED, r"^(if|elif)\s+0\s+in\s"),),
+            precedence=55,  # before iteration in general, which fails with the same message
         ),),
     ),
 )
