@@ -139,11 +139,14 @@ def test_location_kinds_map_to_rules():
     assert rule_for_location("bool") is None and rule_for_location("model_error") is None
 
 
-def test_manifest_describes_every_rule_by_its_summary():
+def test_manifest_describes_the_rules_it_names_by_their_summary():
     from patcher.rewrite import patch_source
 
-    manifest = patch_source("x = 1\n").manifest
-    assert manifest["rule_descriptions"] == {code: spec.summary for code, spec in RULES.items()}
+    assert patch_source("x = 1\n").manifest["rule_descriptions"] == {}
+    source = ("import torch\n\ndef f(x: torch.Tensor):\n    if x.sum() > 0:\n        x = x + 1\n    return x\n")
+    manifest = patch_source(source).manifest
+    assert manifest["rules_applied"], manifest
+    assert manifest["rule_descriptions"] == {code: RULES[code].summary for code in sorted(manifest["rules_applied"])}
 
 
 PROBE = """

@@ -213,7 +213,10 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
         # the options the file was generated with: a manifest alone says how to regenerate it
         "patch_targets": list(targets),
         "patch_ignore": list(ignore),
-        "rule_descriptions": {code: spec.summary for code, spec in RULES.items()},
+        # only the rules this file names (applied, or blocking): a new rule leaves manifests it does
+        # not touch as they are
+        "rule_descriptions": {code: RULES[code].summary for code in sorted(
+            set(rules) | {b.code for b in state.blockers if b.code in RULES}) if code in RULES},
         "imports_made_absolute": imports.changed,
         "rewrites": [r.as_dict() for r in state.rewrites],
         "blockers": [b.as_dict() for b in state.blockers],
