@@ -1,4 +1,5 @@
-"""The sample layout of the Qwen VL family (Qwen2-VL, Qwen2.5-VL): one builder, two recipes.
+"""The sample layout of the Qwen VL family (Qwen2-VL, Qwen2.5-VL): one builder, two recipes (and
+the family's tiny-config check, :func:`tiny_config`).
 
 Both models take the same processor output: ``<|vision_start|>`` + one ``image_token_id`` per
 merged patch + ``<|vision_end|>`` per image, ``mm_token_type_ids``, flattened-patch
@@ -16,6 +17,17 @@ import torch
 
 from ._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from ._recipe_helpers import pair as _pair
+from ._recipe_helpers import tiny_config_parts as _tiny_config_parts
+
+
+def tiny_config(config_class: type, merger_width: str, overrides: dict, text: dict, vision: dict, top: dict):
+    """A tiny ``config_class`` from a recipe's defaults and ``tiny_config(**overrides)``; the
+    vision field ``merger_width`` (the patch merger's output size, which the image tokens carry into
+    the text model) must equal the text ``hidden_size``."""
+    text, vision, top = _tiny_config_parts(overrides, text, vision, top)
+    if vision[merger_width] != text["hidden_size"]:
+        raise ValueError(f"vision_config.{merger_width} is the merger's output size: it must equal the text hidden_size")
+    return config_class(text_config=text, vision_config=vision, **top)
 from ._recipe_helpers import token_rows as _token_rows
 
 

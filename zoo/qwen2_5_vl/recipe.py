@@ -36,11 +36,10 @@ from transformers import Qwen2_5_VLConfig
 
 from patcher.samples import register_multimodal_sample
 
-from .._qwen_vl_samples import build_sample as _qwen_vl_build_sample
+from .. import _qwen_vl_samples as _qwen_vl
 from .._qwen_vl_samples import default_image_size, example_image_sizes, image_grid, image_token_count  # noqa: F401
 from .._recipe import Recipe
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
-from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
 
 MODEL_TYPE = "qwen2_5_vl"
 MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
@@ -76,10 +75,7 @@ _TINY_TOP = dict(vision_start_token_id=190, vision_end_token_id=191, image_token
 def tiny_config(**overrides) -> Qwen2_5_VLConfig:
     """A tiny ``Qwen2_5_VLConfig``. Overrides: top-level fields, or ``text_config`` /
     ``vision_config`` dicts merged into the tiny defaults."""
-    text, vision, top = _tiny_config_parts(overrides, _TINY_TEXT, _TINY_VISION, _TINY_TOP)
-    if vision["out_hidden_size"] != text["hidden_size"]:
-        raise ValueError("vision_config.out_hidden_size is the merger's output size: it must equal the text hidden_size")
-    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **top)
+    return _qwen_vl.tiny_config(Qwen2_5_VLConfig, "out_hidden_size", overrides, _TINY_TEXT, _TINY_VISION, _TINY_TOP)
 
 
 tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
@@ -87,7 +83,7 @@ tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 # The sample layout and its image functions (imported above, read by tests and callers from the
 # recipe) are the Qwen VL family's (zoo/_qwen_vl_samples.py); the builder is registered for this model type.
-build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl_build_sample)
+build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl.build_sample)
 
 
 RECIPE = Recipe(
