@@ -1,4 +1,5 @@
-"""The sample layout of the Qwen VL family (Qwen2-VL, Qwen2.5-VL): one builder, two recipes.
+"""The sample layout of the Qwen VL family (Qwen2-VL, Qwen2.5-VL): one builder, two recipes (and
+the family's tiny-config check, :func:`tiny_config`).
 
 Both models take the same processor output: ``<|vision_start|>`` + one ``image_token_id`` per
 merged patch + ``<|vision_end|>`` per image, ``mm_token_type_ids``, flattened-patch
@@ -10,15 +11,23 @@ conventions (``seq_len`` is the text length, spans, left padding, generators) ar
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
-from patcher.samples import text_sample
-
-from ._recipe_helpers import check_counts as _check_counts
-from ._recipe_helpers import image_sizes as _image_sizes
+from ._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from ._recipe_helpers import pair as _pair
+from ._recipe_helpers import tiny_config_parts as _tiny_config_parts
+
+
+def tiny_config(config_class: type, merger_width: str, overrides: dict, text: dict, vision: dict, top: dict):
+    """A tiny ``config_class`` from a recipe's defaults and ``tiny_config(**overrides)``; the
+    vision field ``merger_width`` (the patch merger's output size, which the image tokens carry into
+    the text model) must equal the text ``hidden_size``."""
+    text, vision, top = _tiny_config_parts(overrides, text, vision, top)
+    if vision[merger_width] != text["hidden_size"]:
+        raise ValueError(f"vision_config.{merger_width} is the merger's output size: it must equal the text hidden_size")
+    return config_class(text_config=text, vision_config=vision, **top)
 from ._recipe_helpers import token_rows as _token_rows
 
 
@@ -54,29 +63,12 @@ def example_image_sizes(config) -> list[tuple[int, int]]:
     return [(rows * step, cols * step) for rows in range(1, 4) for cols in range(1, 4)]
 
 
-def build_sample(
-    config,
-    *,
-    batch_size: int = 1,
-    seq_len: int = 16,
-    num_images: int = 1,
-    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
-    left_padding: int = 0,
-    device: str | torch.device = "cpu",
-    generator: torch.Generator | None = None,
-    multimodal: bool = True,
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, Any]:
+@_multimodal_sample_builder(default_image_size)
+def build_sample(config, sizes, *, batch_size, seq_len, left_padding, generator, dtype):
     """Inputs for a Qwen VL ``ForConditionalGeneration``: ``input_ids``, ``attention_mask``,
     ``mm_token_type_ids`` ``(B, L)``; ``pixel_values`` ``(sum(t*h*w), C*temporal_patch*patch*patch)``;
     ``image_grid_thw`` ``(batch_size * num_images, 3)``. ``L = seq_len + num_images * span`` (see
     the module docstring). ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    if not multimodal:
-        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
-                           device=device, generator=generator)
-    generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    _check_counts(batch_size, seq_len, num_images, left_padding)
-    sizes = _image_sizes(image_size, num_images, default_image_size(config))
     grids = [image_grid(config, size) for size in sizes]
     merge = config.vision_config.spatial_merge_size
     spans = [
@@ -93,12 +85,11 @@ def build_sample(
     image_grid_thw = torch.tensor(grids * batch_size, dtype=torch.long)
     num_patches = int(image_grid_thw.prod(-1).sum())
     pixel_values = torch.randn(num_patches, patch_dim, generator=generator).to(dtype)
-    sample = {
+    return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "mm_token_type_ids": mm_token_type_ids,
         "pixel_values": pixel_values,
         "image_grid_thw": image_grid_thw,
     }
-    return {name: value.to(device) for name, value in sample.items()}
 

@@ -1,14 +1,16 @@
-"""Helpers shared by the zoo recipes' tiny models and sample builders."""
+"""Helpers shared by the zoo recipes' tiny models and sample builders: a recipe keeps its sizes,
+names and token ids, and the part of its sample that is its own model's."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import transformers
 
 from patcher.coverage.wake import wake_zero_parameters
 from patcher.images.tokens import place_spans
+from patcher.samples import text_sample
 
 
 def resolve(model_class: type | str) -> type:
@@ -24,6 +26,34 @@ def tiny_model(model_class: type | str, config, seed: int, dtype: torch.dtype) -
     model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
     wake_zero_parameters(model, seed)
     return model.to(dtype).eval()
+
+
+def tiny_config_parts(overrides: dict, text: dict, vision: dict, top: dict | None = None) -> tuple[dict, dict, dict]:
+    """A recipe's tiny defaults with ``tiny_config(**overrides)`` merged in: the ``text_config``,
+    ``vision_config`` and top-level dicts. The ``text_config`` / ``vision_config`` overrides are
+    popped from ``overrides``, so what is left there is what the caller set at top level."""
+    text = {**text, **overrides.pop("text_config", {})}
+    vision = {**vision, **overrides.pop("vision_config", {})}
+    return text, vision, {**(top or {}), **overrides}
+
+
+def make_tiny_model(default_class: str, tiny_config: Callable) -> Callable[..., torch.nn.Module]:
+    """A recipe's ``tiny_model(seed=0, dtype=torch.float32, model_class=None, **overrides)``: a
+    :func:`tiny_model` of ``tiny_config(**overrides)``, of ``default_class`` unless ``model_class``
+    says otherwise."""
+
+    def recipe_tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
+                          **overrides) -> torch.nn.Module:
+        return tiny_model(model_class or default_class, tiny_config(**overrides), seed, dtype)
+
+    recipe_tiny_model.__name__ = recipe_tiny_model.__qualname__ = "tiny_model"
+    recipe_tiny_model.__module__ = tiny_config.__module__
+    recipe_tiny_model.__doc__ = (
+        f"A tiny random model in eval mode: ``{default_class}`` unless ``model_class`` (a class or a "
+        "``transformers`` class name) says otherwise. The same seed gives the same weights to any class "
+        "with the same module structure."
+    )
+    return recipe_tiny_model
 
 
 def pair(size: int | Sequence[int]) -> tuple[int, int]:
@@ -70,3 +100,48 @@ def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], le
     text_pool = allowed.nonzero().flatten()
     return place_spans(text_pool, pad_token_id(config), batch_size, seq_len, spans, left_padding, generator)
 
+
+
+ImageInputs = Callable[..., dict[str, torch.Tensor]]
+
+
+def multimodal_sample_builder(default_image_size: Callable) -> Callable[[ImageInputs], Callable[..., dict[str, Any]]]:
+    """Decorator: a recipe's ``build_sample`` from the part that is its model's own,
+    ``image_inputs(config, sizes, *, batch_size, seq_len, left_padding, generator, dtype) -> dict``
+    (``sizes``: one ``(height, width)`` per image of a row). The conventions every zoo recipe shares
+    (``zoo.qwen2_vl.recipe``'s docstring) are applied here: ``multimodal=False`` is
+    ``patcher.samples.text_sample``; ``generator=None`` is a fresh generator seeded with 0; the counts
+    are checked; ``image_size`` (None: ``default_image_size(config)``) becomes ``sizes``; the tensors
+    are built on CPU and moved to ``device``. The builder keeps ``image_inputs``' name and docstring."""
+
+    def decorate(image_inputs: ImageInputs) -> Callable[..., dict[str, Any]]:
+        def build_sample(
+            config,
+            *,
+            batch_size: int = 1,
+            seq_len: int = 16,
+            num_images: int = 1,
+            image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
+            left_padding: int = 0,
+            device: str | torch.device = "cpu",
+            generator: torch.Generator | None = None,
+            multimodal: bool = True,
+            dtype: torch.dtype = torch.float32,
+        ) -> dict[str, Any]:
+            if not multimodal:
+                return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                                   device=device, generator=generator)
+            generator = generator if generator is not None else torch.Generator().manual_seed(0)
+            check_counts(batch_size, seq_len, num_images, left_padding)
+            sizes = image_sizes(image_size, num_images, default_image_size(config))
+            sample = image_inputs(config, sizes, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                                  generator=generator, dtype=dtype)
+            return {name: value.to(device) for name, value in sample.items()}
+
+        # Named and documented as the recipe's function; no ``__wrapped__``, so ``inspect.signature``
+        # (``patcher.samples.takes_keyword``) reads the builder's own keywords.
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(build_sample, attribute, getattr(image_inputs, attribute))
+        return build_sample
+
+    return decorate

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import fx, nn
@@ -183,29 +183,28 @@ def _is_integer(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not value.is_floating_point() and not value.is_complex()
 
 
-def _to_meta(value: Any) -> Any:
+def _map_tensors(value: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` with ``leaf`` applied to every tensor inside plain tuples, lists and dicts (named
+    tuples and other objects are returned as they are)."""
     if isinstance(value, torch.Tensor):
-        return value.to("meta")
+        return leaf(value)
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_to_meta(v) for v in value)
+        return tuple(_map_tensors(v, leaf) for v in value)
     if isinstance(value, list):
-        return [_to_meta(v) for v in value]
+        return [_map_tensors(v, leaf) for v in value]
     if isinstance(value, dict):
-        return {k: _to_meta(v) for k, v in value.items()}
+        return {k: _map_tensors(v, leaf) for k, v in value.items()}
     return value
+
+
+def _to_meta(value: Any) -> Any:
+    return _map_tensors(value, lambda tensor: tensor.to("meta"))
 
 
 def _materialize(value: Any) -> Any:
     """A CPU stand-in for a meta tensor (ones: an all-ones attention mask means no padding)."""
-    if isinstance(value, torch.Tensor) and value.device.type == "meta":
-        return torch.ones(value.shape, dtype=value.dtype)
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_materialize(v) for v in value)
-    if isinstance(value, list):
-        return [_materialize(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _materialize(v) for k, v in value.items()}
-    return value
+    return _map_tensors(value, lambda tensor: torch.ones(tensor.shape, dtype=tensor.dtype)
+                        if tensor.device.type == "meta" else tensor)
 
 
 class _MetaWhereMixed(TorchFunctionMode):

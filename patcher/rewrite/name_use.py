@@ -75,6 +75,14 @@ class _Collector:
         self.use.reads.extend(r for r in inner.reads if r not in bound)
         # Control flow inside an inner scope (a nested def's `return`) does not leave this code.
 
+    def loop(self, node: cst.For | cst.While) -> None:
+        """A loop's body, one loop deeper (``break`` / ``continue`` there stay inside), then its ``else``."""
+        self.loop_depth += 1
+        self.visit(node.body)
+        self.loop_depth -= 1
+        if node.orelse is not None:
+            self.visit(node.orelse)
+
     def visit(self, node: cst.CSTNode) -> None:  # noqa: C901 - one dispatch table
         t = type(node)
         if t is cst.Name:
@@ -101,18 +109,10 @@ class _Collector:
         elif t in (cst.For,):
             self.visit(node.iter)
             self.target(node.target)
-            self.loop_depth += 1
-            self.visit(node.body)
-            self.loop_depth -= 1
-            if node.orelse is not None:
-                self.visit(node.orelse)
+            self.loop(node)
         elif t is cst.While:
             self.visit(node.test)
-            self.loop_depth += 1
-            self.visit(node.body)
-            self.loop_depth -= 1
-            if node.orelse is not None:
-                self.visit(node.orelse)
+            self.loop(node)
         elif t is cst.WithItem:
             self.visit(node.item)
             if node.asname is not None:

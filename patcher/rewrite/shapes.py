@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .taint import dotted
+from .taint import dotted, target_names
 from .walk import descendants
 
 
@@ -36,24 +36,14 @@ def shape_names_of(fn: cst.FunctionDef) -> set[str]:
                 if isinstance(t.target, cst.Name):
                     values.setdefault(t.target.value, []).append(node.value)
                 else:
-                    others.update(function_body_use_target(t.target))
+                    others.update(target_names(t.target))
         elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
             others.add(node.target.value)
         elif isinstance(node, cst.For):
-            others.update(function_body_use_target(node.target))
+            others.update(target_names(node.target))
     names: set[str] = set()
     for _ in range(3):
         for name, vals in values.items():
             if name not in others and all(is_shape_expr(v, names) for v in vals):
                 names.add(name)
     return names
-
-
-def function_body_use_target(node: cst.CSTNode) -> list[str]:
-    if isinstance(node, cst.Name):
-        return [node.value]
-    if isinstance(node, (cst.Tuple, cst.List)):
-        return [n for el in node.elements for n in function_body_use_target(el.value)]
-    if isinstance(node, cst.StarredElement):
-        return function_body_use_target(node.value)
-    return []

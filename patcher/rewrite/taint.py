@@ -244,13 +244,14 @@ def _assignments(fn: cst.FunctionDef):
     return pairs
 
 
-def _target_names(node: cst.CSTNode) -> list[str]:
+def target_names(node: cst.CSTNode) -> list[str]:
+    """The names an assignment or loop target binds (through tuples, lists and starred elements)."""
     if isinstance(node, cst.Name):
         return [node.value]
     if isinstance(node, (cst.Tuple, cst.List)):
-        return [n for el in node.elements for n in _target_names(el.value)]
+        return [n for el in node.elements for n in target_names(el.value)]
     if isinstance(node, cst.StarredElement):
-        return _target_names(node.value)
+        return target_names(node.value)
     return []
 
 
@@ -418,7 +419,7 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
         is_container = isinstance(value, (cst.Dict, cst.List, cst.DictComp, cst.ListComp)) or (
             isinstance(value, cst.Call) and dotted(value.func) in _CONTAINER_CALLS
             and not any(a.value and param_like_tensor(a.value, taint) for a in value.args))
-        for name in _target_names(target):
+        for name in target_names(target):
             kinds[name] = kinds.get(name, True) and is_container and isinstance(target, cst.Name)
     taint.containers |= {n for n, c in kinds.items() if c}
     for _ in range(8):
@@ -435,13 +436,13 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
             per = taint.call_results(value) if isinstance(value, cst.Call) and isinstance(target, cst.Tuple) else None
             if per is not None and len(per) == len(target.elements):
                 for el, level in zip(target.elements, per):
-                    for name in _target_names(el.value):
+                    for name in target_names(el.value):
                         if level > taint.names.get(name, CLEAN):
                             taint.set(name, level)
                             changed = True
                 continue
             level = taint.of(value)
-            for name in _target_names(target):
+            for name in target_names(target):
                 if level > taint.names.get(name, CLEAN):
                     taint.set(name, level)
                     changed = True

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import libcst as cst
 
+from .taint import target_names
 from .walk import children, descendants
 
 _CONTAINERS = frozenset({"layers", "layer", "h", "blocks", "block", "decoder_layers", "encoder_layers"})
@@ -106,21 +107,14 @@ class TargetIndex:
                 return any(mentions(a.value) for a in node.args)
             return False
 
-        def names(node: cst.CSTNode) -> list[str]:
-            if isinstance(node, cst.Name):
-                return [node.value]
-            if isinstance(node, (cst.Tuple, cst.List)):
-                return [n for el in node.elements for n in names(el.value)]
-            return []
-
         def bound(target: cst.CSTNode, iterable: cst.CSTNode) -> list[str]:
             """The names a loop binds to modules: in `for i, layer in enumerate(self.layers)` the
             index `i` is a plain int (wrapping code that reads it hides no module)."""
             if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) \
                     and iterable.func.value == "enumerate" and isinstance(target, (cst.Tuple, cst.List)) \
                     and len(target.elements) == 2:
-                return names(target.elements[1].value)
-            return names(target)
+                return target_names(target.elements[1].value)
+            return target_names(target)
 
         for _ in range(2):
             for node in descendants(fn):
@@ -128,7 +122,7 @@ class TargetIndex:
                     found.update(bound(node.target, node.iter))
                 elif isinstance(node, cst.Assign) and mentions(node.value):
                     for t in node.targets:
-                        found.update(names(t.target))
+                        found.update(target_names(t.target))
         return found
 
     def hidden_targets(self, stmts: list[cst.CSTNode], cls: str | None, local_modules: set[str] = frozenset()) -> str | None:

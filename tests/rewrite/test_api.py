@@ -120,6 +120,34 @@ def test_target_blocker_names_file_and_line():
     assert [w.code for w in patch_source(src).rewrites] == ["TZ101"]
 
 
+def test_target_modules_bound_by_a_starred_target_are_not_hidden():
+    src = textwrap.dedent(
+        """\
+        import torch
+
+
+        class Layer(torch.nn.Module):
+            pass
+
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = torch.nn.ModuleList([Layer(), Layer()])
+
+            def forward(self, hidden_states: torch.Tensor):
+                first, *rest = self.layers
+                if hidden_states.sum() > 0:
+                    hidden_states = rest[0](hidden_states)
+                return first(hidden_states)
+        """
+    )
+    r = patch_source(src, source_path="modeling_m.py", targets=["Layer"])
+    assert r.rewrites == []
+    assert [(b.line, b.code) for b in r.blockers] == [(15, "TZ101")]
+    assert "would hide target module(s) rest" in r.blockers[0].reason
+
+
 def test_patch_file_writes_atomically_and_refuses_foreign_outputs(tmp_path):
     src = tmp_path / "pkg" / "modeling_toy.py"
     src.parent.mkdir()

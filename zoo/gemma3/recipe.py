@@ -23,17 +23,16 @@ Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-import torch
 from transformers import Gemma3Config
 
-from patcher.samples import register_multimodal_sample, text_sample
+from patcher.samples import register_multimodal_sample
 
+from .. import _fixed_size_samples as _fixed_size
+from .._fixed_size_samples import default_image_size, example_image_sizes
 from .._recipe import Recipe
-from .._recipe_helpers import check_counts as _check_counts
-from .._recipe_helpers import image_sizes as _image_sizes
-from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import make_tiny_model as _make_tiny_model
+from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
+from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
 from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "gemma3"
@@ -68,17 +67,11 @@ _TINY_TOP = dict(mm_tokens_per_image=4, boi_token_index=290, eoi_token_index=291
 def tiny_config(**overrides) -> Gemma3Config:
     """A tiny ``Gemma3Config``. Overrides: top-level fields, or ``text_config`` / ``vision_config``
     dicts merged into the tiny defaults."""
-    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
-    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
-    return Gemma3Config(text_config=text, vision_config=vision, **{**_TINY_TOP, **overrides})
+    text, vision, top = _tiny_config_parts(overrides, _TINY_TEXT, _TINY_VISION, _TINY_TOP)
+    return Gemma3Config(text_config=text, vision_config=vision, **top)
 
 
-def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
-               **overrides) -> torch.nn.Module:
-    """A tiny random model in eval mode: ``Gemma3ForConditionalGeneration`` unless ``model_class``
-    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
-    to any class with the same module structure."""
-    return _tiny_model(model_class or MODEL_CLASS, tiny_config(**overrides), seed, dtype)
+tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 
 def image_token_count(config: Gemma3Config) -> int:
@@ -87,56 +80,24 @@ def image_token_count(config: Gemma3Config) -> int:
     return config.mm_tokens_per_image
 
 
-def default_image_size(config: Gemma3Config) -> tuple[int, int]:
-    return config.vision_config.image_size, config.vision_config.image_size
-
-
-def example_image_sizes(config) -> list[tuple[int, int]]:
-    """Image sizes for tests and sweeps to draw from: the one size the vision tower takes."""
-    return [default_image_size(config)]
-
-
 @register_multimodal_sample(MODEL_TYPE)
-def build_sample(
-    config: Gemma3Config,
-    *,
-    batch_size: int = 1,
-    seq_len: int = 16,
-    num_images: int = 1,
-    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
-    left_padding: int = 0,
-    device: str | torch.device = "cpu",
-    generator: torch.Generator | None = None,
-    multimodal: bool = True,
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, Any]:
+@_multimodal_sample_builder(default_image_size)
+def build_sample(config: Gemma3Config, sizes, *, batch_size, seq_len, left_padding, generator, dtype):
     """Inputs for ``Gemma3ForConditionalGeneration``: ``input_ids`` / ``attention_mask`` /
     ``token_type_ids`` ``(B, L)`` with ``L = seq_len + num_images * (image_token_count(config) + 2)``,
     and ``pixel_values`` ``(batch_size * num_images, C, S, S)`` in row-major image order.
     ``image_size`` must be ``S``. ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    if not multimodal:
-        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
-                           device=device, generator=generator)
-    generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    _check_counts(batch_size, seq_len, num_images, left_padding)
-    vision = config.vision_config
-    fixed = default_image_size(config)
-    sizes = _image_sizes(image_size, num_images, fixed)
-    if any(size != fixed for size in sizes):
-        raise ValueError(f"Gemma3's SigLIP tower takes {fixed[0]}x{fixed[1]} images only (got {sizes})")
-
+    _fixed_size.check_sizes(config, sizes, "Gemma3's SigLIP tower")
     span = [config.boi_token_index] + [config.image_token_id] * image_token_count(config) + [config.eoi_token_index]
     special = [config.boi_token_index, config.eoi_token_index, config.image_token_id]
-    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, [span] * num_images, left_padding,
+    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, [span] * len(sizes), left_padding,
                                             special, generator)
-    pixel_values = torch.randn(batch_size * num_images, vision.num_channels, *fixed, generator=generator)
-    sample = {
+    return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "token_type_ids": (input_ids == config.image_token_id).long(),
-        "pixel_values": pixel_values.to(dtype),
+        "pixel_values": _fixed_size.pixel_values(config, batch_size, len(sizes), generator, dtype),
     }
-    return {name: value.to(device) for name, value in sample.items()}
 
 
 RECIPE = Recipe(

@@ -33,7 +33,7 @@ valid tiles.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from transformers import MllamaConfig
@@ -42,13 +42,13 @@ from transformers.models.mllama.processing_mllama import (
     get_cross_attention_token_mask,
 )
 
-from patcher.samples import register_multimodal_sample, text_sample
+from patcher.samples import register_multimodal_sample
 
 from .._recipe import Recipe
-from .._recipe_helpers import check_counts as _check_counts
-from .._recipe_helpers import image_sizes as _image_sizes
+from .._recipe_helpers import make_tiny_model as _make_tiny_model
+from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import pair as _pair
-from .._recipe_helpers import tiny_model as _tiny_model
+from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
 from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "mllama"
@@ -88,20 +88,14 @@ def tiny_config(**overrides) -> MllamaConfig:
     dicts merged into the tiny defaults. As in the real model, ``image_token_index`` is
     ``text vocab_size`` (the embedding table has ``vocab_size + 8`` rows; the LM head has
     ``vocab_size``)."""
-    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
-    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
+    text, vision, top = _tiny_config_parts(overrides, _TINY_TEXT, _TINY_VISION)
     if "vision_output_dim" not in vision or vision["vision_output_dim"] is None:
         vision["vision_output_dim"] = vision["hidden_size"] * (1 + len(vision["intermediate_layers_indices"]))
-    overrides.setdefault("image_token_index", text["vocab_size"])
-    return MllamaConfig(text_config=text, vision_config=vision, **overrides)
+    top.setdefault("image_token_index", text["vocab_size"])
+    return MllamaConfig(text_config=text, vision_config=vision, **top)
 
 
-def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
-               **overrides) -> torch.nn.Module:
-    """A tiny random model in eval mode: ``MllamaForConditionalGeneration`` unless ``model_class``
-    (a class or a ``transformers`` class name) says otherwise. The same seed gives the same weights
-    to any class with the same module structure."""
-    return _tiny_model(model_class or MODEL_CLASS, tiny_config(**overrides), seed, dtype)
+tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 
 def aspect_ratio(config: MllamaConfig, image_size: int | Sequence[int]) -> tuple[int, int]:
@@ -153,40 +147,23 @@ def default_image_size(config: MllamaConfig) -> tuple[int, int]:
 
 
 @register_multimodal_sample(MODEL_TYPE)
-def build_sample(
-    config: MllamaConfig,
-    *,
-    batch_size: int = 1,
-    seq_len: int = 16,
-    num_images: int = 1,
-    image_size: int | Sequence[int] | Sequence[Sequence[int]] | None = None,
-    left_padding: int = 0,
-    device: str | torch.device = "cpu",
-    generator: torch.Generator | None = None,
-    multimodal: bool = True,
-    dtype: torch.dtype = torch.float32,
-) -> dict[str, Any]:
+@_multimodal_sample_builder(default_image_size)
+def build_sample(config: MllamaConfig, sizes, *, batch_size, seq_len, left_padding, generator, dtype):
     """Inputs for ``MllamaForConditionalGeneration`` (see the module docstring); ``L = seq_len +
     num_images``. ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    if not multimodal:
-        return text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
-                           device=device, generator=generator)
-    generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    _check_counts(batch_size, seq_len, num_images, left_padding)
-    sizes = _image_sizes(image_size, num_images, default_image_size(config))
     ratios = [aspect_ratio(config, size) for size in sizes]
     ratio_ids = [aspect_ratio_id(config, size) for size in sizes]
     tiles = [rows * cols for rows, cols in ratios]
 
     image_token = config.image_token_index
-    spans = [[image_token]] * num_images
+    spans = [[image_token]] * len(sizes)
     input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding, [image_token],
                                             generator)
 
     vision = config.vision_config
     max_tiles, tile = vision.max_num_tiles, vision.image_size
-    pixel_values = torch.zeros(batch_size, num_images, max_tiles, vision.num_channels, tile, tile)
-    aspect_ratio_mask = torch.zeros(batch_size, num_images, max_tiles, dtype=torch.long)
+    pixel_values = torch.zeros(batch_size, len(sizes), max_tiles, vision.num_channels, tile, tile)
+    aspect_ratio_mask = torch.zeros(batch_size, len(sizes), max_tiles, dtype=torch.long)
     aspect_ratio_mask[:, :, 0] = 1  # as the processor does (its padding images count one tile)
     for index, count in enumerate(tiles):
         pixel_values[:, index, :count] = torch.randn(batch_size, count, vision.num_channels, tile, tile,
@@ -201,7 +178,7 @@ def build_sample(
             token_masks, num_tiles=[tiles] * batch_size, max_num_tiles=max_tiles, length=input_ids.shape[1]
         )
     )
-    sample = {
+    return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "pixel_values": pixel_values.to(dtype),
@@ -209,7 +186,6 @@ def build_sample(
         "aspect_ratio_mask": aspect_ratio_mask,
         "cross_attention_mask": cross_attention_mask,
     }
-    return {name: value.to(device) for name, value in sample.items()}
 
 
 RECIPE = Recipe(

@@ -32,14 +32,14 @@ windows, one of them partial, and the window permutation is not the identity.
 
 from __future__ import annotations
 
-import torch
 from transformers import Qwen2_5_VLConfig
 
 from patcher.samples import register_multimodal_sample
 
-from .._recipe import Recipe
 from .. import _qwen_vl_samples as _qwen_vl
-from .._recipe_helpers import tiny_model as _tiny_model
+from .._qwen_vl_samples import default_image_size, example_image_sizes, image_grid, image_token_count  # noqa: F401
+from .._recipe import Recipe
+from .._recipe_helpers import make_tiny_model as _make_tiny_model
 
 MODEL_TYPE = "qwen2_5_vl"
 MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
@@ -75,27 +75,15 @@ _TINY_TOP = dict(vision_start_token_id=190, vision_end_token_id=191, image_token
 def tiny_config(**overrides) -> Qwen2_5_VLConfig:
     """A tiny ``Qwen2_5_VLConfig``. Overrides: top-level fields, or ``text_config`` /
     ``vision_config`` dicts merged into the tiny defaults."""
-    text = {**_TINY_TEXT, **overrides.pop("text_config", {})}
-    vision = {**_TINY_VISION, **overrides.pop("vision_config", {})}
-    if vision["out_hidden_size"] != text["hidden_size"]:
-        raise ValueError("vision_config.out_hidden_size is the merger's output size: it must equal the text hidden_size")
-    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **{**_TINY_TOP, **overrides})
+    return _qwen_vl.tiny_config(Qwen2_5_VLConfig, "out_hidden_size", overrides, _TINY_TEXT, _TINY_VISION, _TINY_TOP)
 
 
-def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float32, model_class: type | str | None = None,
-               **overrides) -> torch.nn.Module:
-    """A tiny random model in eval mode: ``Qwen2_5_VLForConditionalGeneration`` unless
-    ``model_class`` (a class or a ``transformers`` class name) says otherwise. The same seed gives
-    the same weights to any class with the same module structure."""
-    return _tiny_model(model_class or MODEL_CLASS, tiny_config(**overrides), seed, dtype)
+tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 
-# The sample layout is the Qwen VL family's (zoo/_qwen_vl_samples.py), registered for this model type.
+# The sample layout and its image functions (imported above, read by tests and callers from the
+# recipe) are the Qwen VL family's (zoo/_qwen_vl_samples.py); the builder is registered for this model type.
 build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl.build_sample)
-image_grid = _qwen_vl.image_grid
-image_token_count = _qwen_vl.image_token_count
-default_image_size = _qwen_vl.default_image_size
-example_image_sizes = _qwen_vl.example_image_sizes
 
 
 RECIPE = Recipe(
