@@ -193,3 +193,21 @@ def test_repeated_vision_blocks_run_once_and_count_every_block_s_weights(monkeyp
     check_exact(model, default_targets(model), sample, samples=2, ignore=ignore)
     # the real run (measure) runs all 3 blocks; the meta plan runs only the first
     assert runs.count("meta") == 1 and runs.count("cpu") == 3, runs
+
+
+def test_a_real_input_s_values_are_part_of_a_layer_s_cache_key():
+    # Integer inputs stay real in the plan (image grids, split sizes) and their values may decide
+    # output shapes: two calls that differ only in such values must not share a cached result.
+    from patcher.plan.module_cache import ModuleCache
+
+    cache, layer = ModuleCache(), torch.nn.Linear(4, 4, device="meta")
+    hidden = torch.empty(2, 4, device="meta")
+    grid, same_grid, other_grid = torch.tensor([[1, 2, 2]]), torch.tensor([[1, 2, 2]]), torch.tensor([[1, 4, 1]])
+    assert cache.key(layer, (hidden, grid), {}) == cache.key(layer, (hidden, same_grid), {})
+    assert cache.key(layer, (hidden, grid), {}) != cache.key(layer, (hidden, other_grid), {})
+    # large real tensors (a mask built once for every layer) by identity: an equal copy is another key
+    mask = torch.zeros(1, 1, 200, 200)
+    assert cache.key(layer, (hidden, mask), {}) == cache.key(layer, (hidden, mask), {})
+    assert cache.key(layer, (hidden, mask), {}) != cache.key(layer, (hidden, mask.clone()), {})
+    # a real layer is never cached
+    assert cache.key(torch.nn.Linear(4, 4), (hidden,), {}) is None
