@@ -106,8 +106,12 @@ def prepare_trace(
     ignore: Iterable[str] | str | None = None,
     extra_ignore: Iterable[str] | str = (),
     towers: Iterable[str] = (),
+    **sample_options,
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
+
+    ``sample_options`` go to :func:`~patcher.samples.sample_input` (default: a meta sample of its
+    default shape; ``patcher plan`` asks for its batch and sequence length on CPU).
 
     ``ignore=None`` means ``DEFAULT_IGNORE``, plus a collection's additions (the zoo recipe's) when its
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
@@ -142,7 +146,7 @@ def prepare_trace(
     if isinstance(extra_ignore, str):
         extra_ignore = [extra_ignore]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
-    sample = sample_input(config, multimodal=multimodal_data, device="meta")
+    sample = sample_input(config, multimodal=multimodal_data, **{"device": "meta", **sample_options})
     return TraceSetup(cls, config, model, sample, targets, ignore)
 
 

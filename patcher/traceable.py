@@ -257,7 +257,7 @@ class RepairResult:
         """The rounds and the blockers; ``verdict=False`` leaves out the closing "the model traces"
         (``patcher repair -o`` says whether the *written file* traces instead)."""
         lines = [f"{len(self.steps)} trace-guided rewrite round(s)"]
-        lines += [f"  - line {step.original_line} of the original ({step.construct.kind.name}): {step.action}"
+        lines += [f"  - line {step.original_line} of the original ({step.construct.symptom.name}): {step.action}"
                   for step in self.steps]
         if self.blockers:
             lines.append(f"{len(self.blockers)} blocker(s) remain:")
@@ -306,13 +306,13 @@ def repair(
             original_exc = error.__cause__ or error
             if construct.filename == generated_file:
                 line_in_generated = construct.lineno
-                action = f"rewrite with {construct.kind.rule}"
+                action = f"rewrite with {construct.symptom.rule}"
             else:
                 # The construct is in another file; wrap the statement of ours that leads there.
                 line_in_generated = _innermost_frame_in(original_exc, generated_file)
                 action = f"wrap the call at this file's line that reaches {construct.location}"
             original = original_line(source, generated, line_in_generated) if line_in_generated else None
-            if original is None or original in tried or not construct.kind.rule:
+            if original is None or original in tried or not construct.symptom.rule:
                 reason = ("already rewritten, still untraceable" if original in tried else
                           "inside code the patcher generated" if line_in_generated and original is None else
                           "no rule applies")
@@ -324,7 +324,7 @@ def repair(
                 result.model_class = traceable
                 return result
             tried.add(original)
-            result.locations.append((original, construct.kind.rule))
+            result.locations.append((original, construct.symptom.rule))
             result.steps.append(RepairStep(construct, original, action))
             continue
         result.model_class = traceable

@@ -140,7 +140,7 @@ def test_untraceable_construct_names_file_line_kind_and_fix(module, kind, rule, 
         trace_subgraphs(module(), {"x": torch.ones(2, 3)}, ["Linear"], ignore=[])
     construct = info.value.construct
     assert construct.filename == __file__
-    assert construct.kind.name == kind and construct.kind.rule == rule
+    assert construct.symptom.name == kind and construct.symptom.rule == rule
     assert construct.code == code
     message = str(info.value)
     assert f"test_errors.py:{construct.lineno}" in message

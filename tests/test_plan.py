@@ -163,3 +163,51 @@ def test_cli_plan_exit_1_when_the_model_does_not_trace(capsys):
     # the original Qwen2-VL branches on a shape: plan says why, like patcher trace
     assert main(["plan", "Qwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", "--seq-len", "32"]) == 1
     assert "untraceable construct" in capsys.readouterr().err
+
+
+def test_repeated_vision_blocks_run_once_and_count_every_block_s_weights(monkeypatch):
+    # The tower runs whole inside an opaque function (get_image_features): its identical blocks on
+    # meta give the same shapes, so only the first runs; the others must still count as reading
+    # their own weights (check_exact compares every subgraph's parameters with a real run).
+    import zoo
+    from patcher.attempt import default_targets, model_tracing_defaults
+    from patcher.coverage.shrink import shrink_config
+    from patcher.samples import sample_input
+    from patcher.trace import DEFAULT_IGNORE
+
+    config = shrink_config(transformers.Qwen2VLConfig)
+    config.vision_config.depth = 3
+    torch.manual_seed(0)
+    model = zoo.TraceableQwen2VLForConditionalGeneration(config).eval()
+    block_class = type(model.model.visual.blocks[0])
+    runs = []
+    original = block_class.forward
+
+    def counted(self, *args, **kwargs):
+        runs.append(next(self.parameters()).device.type)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(block_class, "forward", counted)
+    sample = sample_input(config, multimodal=True)
+    ignore = list(DEFAULT_IGNORE) + list(model_tracing_defaults(model).ignore)
+    check_exact(model, default_targets(model), sample, samples=2, ignore=ignore)
+    # the real run (measure) runs all 3 blocks; the meta plan runs only the first
+    assert runs.count("meta") == 1 and runs.count("cpu") == 3, runs
+
+
+def test_a_real_input_s_values_are_part_of_a_layer_s_cache_key():
+    # Integer inputs stay real in the plan (image grids, split sizes) and their values may decide
+    # output shapes: two calls that differ only in such values must not share a cached result.
+    from patcher.plan.module_cache import ModuleCache
+
+    cache, layer = ModuleCache(), torch.nn.Linear(4, 4, device="meta")
+    hidden = torch.empty(2, 4, device="meta")
+    grid, same_grid, other_grid = torch.tensor([[1, 2, 2]]), torch.tensor([[1, 2, 2]]), torch.tensor([[1, 4, 1]])
+    assert cache.key(layer, (hidden, grid), {}) == cache.key(layer, (hidden, same_grid), {})
+    assert cache.key(layer, (hidden, grid), {}) != cache.key(layer, (hidden, other_grid), {})
+    # large real tensors (a mask built once for every layer) by identity: an equal copy is another key
+    mask = torch.zeros(1, 1, 200, 200)
+    assert cache.key(layer, (hidden, mask), {}) == cache.key(layer, (hidden, mask), {})
+    assert cache.key(layer, (hidden, mask), {}) != cache.key(layer, (hidden, mask.clone()), {})
+    # a real layer is never cached
+    assert cache.key(torch.nn.Linear(4, 4), (hidden,), {}) is None

@@ -25,7 +25,7 @@ def test_repair_rewrites_what_only_tracing_finds(tmp_path):
     line = next(number for number, text in enumerate(open(toy_modeling.__file__), 1)
                 if text.strip() == "if self.threshold > 0:")
     assert result.locations == [(line, "TZ101")]
-    assert [step.construct.kind.rule for step in result.steps] == ["TZ101"]
+    assert [step.construct.symptom.rule for step in result.steps] == ["TZ101"]
     rewrites = result.model_class.__tracezoo_patch__.manifest["rewrites"]
     assert [(rewrite["rule"], rewrite["lines"][0]) for rewrite in rewrites] == [("TZ101", line)]
 

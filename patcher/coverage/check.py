@@ -166,8 +166,8 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
     attempt.error = _short(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, UntraceableCodeError) and getattr(exc, "construct", None) is not None:
         construct = exc.construct
-        attempt.blocker_kind = construct.kind.name
-        attempt.blocker_rule = construct.kind.rule or None
+        attempt.blocker_kind = construct.symptom.name
+        attempt.blocker_rule = construct.symptom.rule or None
         attempt.blocker_location = generated.location(construct.filename, construct.lineno, original_file)
         attempt.blocker_code = _short(construct.code, 160)
         return

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..partition import Subgraph
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
+from .module_cache import ModuleCache, all_meta, fresh_copy
 
 ALGORITHMS = ("none", "gptq")
 
@@ -234,7 +235,7 @@ def _meta_tensor(value: Any) -> Any:
 
 
 def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
-              cache: _ModuleCache | None = None,
+              cache: ModuleCache | None = None,
               weights: Mapping[int, torch.Tensor] | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
     graph-value bytes (a value is freed after its last reader; outputs live to the end).
@@ -253,6 +254,8 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
     sizes: dict[fx.Node, int] = {}
     outputs: dict[str, Any] = {}
     mode = _MetaWhereMixed(weights)
+    if cache is not None:
+        cache.reads = mode  # repeated layers inside called modules record their reads here
     with torch.no_grad(), mode:
         for position, node in enumerate(nodes):
             if node.op == "placeholder":
@@ -296,65 +299,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_SIMPLE = (int, float, str, bool, type(None))
-#: attributes that number a layer without changing what it computes
-_LAYER_NUMBERS = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number"})
-
-
-def _structure(module: nn.Module) -> tuple:
-    """What decides a module's output shapes besides its inputs: its classes, parameter and buffer
-    shapes and dtypes, and plain attributes (sliding window, attention type), all nested."""
-    parts = []
-    for name, inner in module.named_modules():
-        attributes = tuple(sorted((key, value) for key, value in vars(inner).items()
-                                  if isinstance(value, _SIMPLE) and key not in _LAYER_NUMBERS))
-        parts.append((name, type(inner), attributes))
-    for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
-        parts.append((name, tuple(tensor.shape), tensor.dtype, tensor.device.type))
-    return tuple(parts)
-
-
-def _signature(value: Any) -> tuple:
-    leaves, spec = tree_flatten(value)
-    return (str(spec),) + tuple(
-        (tuple(leaf.shape), leaf.dtype, leaf.device.type) if isinstance(leaf, torch.Tensor)
-        else leaf if isinstance(leaf, _SIMPLE) else ("object", id(leaf))
-        for leaf in leaves
-    )
-
-
-def _fresh(value: Any) -> Any:
-    """New meta tensors of the same shapes: a cached result handed out twice stays two values."""
-    return tree_map(lambda leaf: torch.empty_like(leaf, device="meta")
-                    if isinstance(leaf, torch.Tensor) and leaf.device.type == "meta" else leaf, value)
-
-
-class _ModuleCache:
-    """Identical layers (same structure, same input shapes) give outputs of the same shapes on
-    meta: run the first, hand the others its shapes. Turns a 61-layer propagation into a few runs."""
-
-    def __init__(self):
-        self.structures: dict[int, tuple] = {}
-        self.results: dict[tuple, Any] = {}
-
-    def key(self, module: nn.Module, args, kwargs) -> tuple | None:
-        if any(t.device.type != "meta" for t in list(module.parameters()) + list(module.buffers())):
-            return None  # a real model: run it
-        structure = self.structures.get(id(module))
-        if structure is None:
-            structure = self.structures[id(module)] = _structure(module)
-        return structure, module.training, _signature((args, kwargs))
-
-
-def _call(model, root, node, args, kwargs, cache: _ModuleCache | None = None):
+def _call(model, root, node, args, kwargs, cache: ModuleCache | None = None):
     if node.op == "call_module" and cache is not None:
         module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
         key = cache.key(module, args, kwargs)
         if key is not None and key in cache.results:
-            return _fresh(cache.results[key])
+            return fresh_copy(cache.results[key])
         result = _call(model, root, node, args, kwargs)
-        if key is not None and all(leaf.device.type == "meta" for leaf in tree_flatten(result)[0]
-                                   if isinstance(leaf, torch.Tensor)):
+        if key is not None and all_meta(result):
             cache.results[key] = result
         return result
 
@@ -414,34 +366,35 @@ def plan_memory(
     # large values on meta; integer tensors (ids, masks, image grids) keep their values
     intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}
     plans = []
-    cache = _ModuleCache()
+    cache = ModuleCache()
     weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
     every_needed: dict[int, torch.Tensor] = {}
-    for subgraph in subgraphs:
-        step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
-        cached = sum(tensor_bytes(value) for value in intermediates.values())
-        outputs, peak, read = propagate(model, subgraph, step, cache, weights)
-        in_bytes = tensor_bytes(list(step.values()))
-        out_bytes = tensor_bytes(list(outputs.values()))
-        needed_by_id = subgraph_parameters(model, subgraph, read)
-        every_needed.update(needed_by_id)
-        needed = needed_by_id.values()
-        params = bytes_by_dtype(needed)
-        buffers = sum(t.numel() * t.element_size() for t in needed if not isinstance(t, nn.Parameter))
-        hessian_bytes, hessian_count = hessians(model, subgraph) if algorithm == "gptq" else (0, 0)
-        plans.append(SubgraphPlan(
-            index=subgraph.index, targets=list(subgraph.targets), parameter_bytes=params, buffer_bytes=buffers,
-            input_bytes_per_batch=in_bytes, output_bytes_per_batch=out_bytes,
-            input_bytes=in_bytes * batches, output_bytes=out_bytes * batches,
-            hessian_bytes=hessian_bytes, hessian_linears=hessian_count,
-            intermediate_peak_bytes=peak,
-            gpu_peak_bytes=sum(params.values()) + hessian_bytes + peak,
-            # the last subgraph's outputs are the model's (logits): nothing caches them
-            cpu_cache_bytes=(cached + (out_bytes if subgraph is not subgraphs[-1] else 0)) * batches,
-        ))
-        for consumed in subgraph.consumed_names:
-            intermediates.pop(consumed, None)
-        intermediates.update(outputs)
+    with cache.repeated_layers(model):
+        for subgraph in subgraphs:
+            step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+            cached = sum(tensor_bytes(value) for value in intermediates.values())
+            outputs, peak, read = propagate(model, subgraph, step, cache, weights)
+            in_bytes = tensor_bytes(list(step.values()))
+            out_bytes = tensor_bytes(list(outputs.values()))
+            needed_by_id = subgraph_parameters(model, subgraph, read)
+            every_needed.update(needed_by_id)
+            needed = needed_by_id.values()
+            params = bytes_by_dtype(needed)
+            buffers = sum(t.numel() * t.element_size() for t in needed if not isinstance(t, nn.Parameter))
+            hessian_bytes, hessian_count = hessians(model, subgraph) if algorithm == "gptq" else (0, 0)
+            plans.append(SubgraphPlan(
+                index=subgraph.index, targets=list(subgraph.targets), parameter_bytes=params, buffer_bytes=buffers,
+                input_bytes_per_batch=in_bytes, output_bytes_per_batch=out_bytes,
+                input_bytes=in_bytes * batches, output_bytes=out_bytes * batches,
+                hessian_bytes=hessian_bytes, hessian_linears=hessian_count,
+                intermediate_peak_bytes=peak,
+                gpu_peak_bytes=sum(params.values()) + hessian_bytes + peak,
+                # the last subgraph's outputs are the model's (logits): nothing caches them
+                cpu_cache_bytes=(cached + (out_bytes if subgraph is not subgraphs[-1] else 0)) * batches,
+            ))
+            for consumed in subgraph.consumed_names:
+                intermediates.pop(consumed, None)
+            intermediates.update(outputs)
     notes = [
         "exact: activation bytes in/out (meta shapes x element size) and parameter bytes (every parameter "
         "the subgraph reads, plus all buffers of the modules it calls)",

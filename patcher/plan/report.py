@@ -75,11 +75,11 @@ def plan_model(
     """
     from ..attempt import prepare_trace
     from ..partition import trace_subgraphs
-    from ..samples import sample_input
 
-    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
-    # on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
-    sample = sample_input(setup.config, multimodal=multimodal_data, batch_size=batch_size, seq_len=seq_len)
+    # the sample on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
+    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
+                          device="cpu", batch_size=batch_size, seq_len=seq_len)
+    sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
     subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
     return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,

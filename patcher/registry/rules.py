@@ -56,7 +56,7 @@ class Symptom:
     by ascending ``precedence`` across all rules: specific ones (a check, a shape test) before
     the general ones with the same message."""
 
-    key: str  # stable name: ``UntraceableConstruct.kind`` key, accepted as a location kind
+    key: str  # stable name: ``UntraceableConstruct.symptom`` key, accepted as a location kind
     title: str
     why: str
     fix: str

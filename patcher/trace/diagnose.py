@@ -3,7 +3,7 @@
 torch.fx reports untraceable code with messages such as "symbolically traced variables cannot
 be used as inputs to control flow", which name neither the file nor the construct. Here the
 traceback is walked to the innermost frame of model code (not torch, not tracezoo, not the
-standard library), the line is read, and the construct is classified into a kind with the
+standard library), the line is read, and the construct is classified into a symptom of the registry with the
 patcher rule that rewrites it and the GUIDE.md section that explains it.
 """
 
@@ -27,7 +27,7 @@ _DECORATOR_FILES = ("transformers/utils/generic.py", "transformers/utils/output_
 
 
 @dataclass(frozen=True)
-class ConstructKind:
+class DiagnosedSymptom:
     name: str
     rule: str
     why: str
@@ -36,19 +36,19 @@ class ConstructKind:
 
 
 #: Symptom key -> what the error says about it; the texts and patterns live in the rule registry.
-KINDS = {
-    symptom.key: ConstructKind(symptom.title, spec.code, symptom.why, symptom.fix, spec.guide_anchor)
+SYMPTOMS = {
+    symptom.key: DiagnosedSymptom(symptom.title, spec.code, symptom.why, symptom.fix, spec.guide_anchor)
     for symptom, spec in symptoms()
 }
 #: No rule's symptom: the model's own code raised.
-MODEL_ERROR = ConstructKind(
+MODEL_ERROR = DiagnosedSymptom(
     "an error raised by the model's own code",
     "",
     "the model's forward raised while it ran with symbolic inputs",
     "check the sample input and the model's arguments; if the error comes from a check on tensor values, wrap it",
     "determining-traceability",
 )
-KINDS["model_error"] = MODEL_ERROR
+SYMPTOMS["model_error"] = MODEL_ERROR
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class UntraceableConstruct:
     lineno: int
     function: str
     code: str
-    kind: ConstructKind
+    symptom: DiagnosedSymptom
     module_path: str | None
     fx_message: str
     #: When the construct is in transformers' shared code (``masking_utils.py``, ...), which no
@@ -75,13 +75,13 @@ class UntraceableConstruct:
         where = f"  at {self.location} in {self.function}()"
         if self.module_path is not None:
             where += f", while tracing module '{self.module_path or '<root>'}'"
-        rule = f" (patcher rule {self.kind.rule})" if self.kind.rule else ""
+        rule = f" (patcher rule {self.symptom.rule})" if self.symptom.rule else ""
         return "\n".join(
             [
-                f"untraceable construct: {self.kind.name}",
+                f"untraceable construct: {self.symptom.name}",
                 where,
                 f"      {self.code}",
-                f"  why: {self.kind.why}",
+                f"  why: {self.symptom.why}",
                 *self._fix_lines(rule),
                 f"  raised: {self.fx_message}",
             ]
@@ -89,7 +89,7 @@ class UntraceableConstruct:
 
     def _fix_lines(self, rule: str) -> list[str]:
         if self.reached_from is None:
-            return [f"  fix: {self.kind.fix}{rule}; see GUIDE.md#{self.kind.guide_section}"]
+            return [f"  fix: {self.symptom.fix}{rule}; see GUIDE.md#{self.symptom.guide_section}"]
         location, callee = self.reached_from
         return [
             f"  reached from: {location}, which calls into transformers' shared code",
@@ -120,10 +120,10 @@ def innermost_model_frame(exc: BaseException) -> traceback.FrameSummary | None:
     return frames[-1] if frames else None
 
 
-def classify(message: str, code: str) -> ConstructKind:
-    """Pick the construct kind from fx's message and the offending source line."""
+def classify(message: str, code: str) -> DiagnosedSymptom:
+    """Pick the diagnosed symptom from fx's message and the offending source line."""
     found = diagnose_symptom(message, code.strip())
-    return MODEL_ERROR if found is None else KINDS[found[0].key]
+    return MODEL_ERROR if found is None else SYMPTOMS[found[0].key]
 
 
 def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableConstruct | None:
@@ -137,13 +137,13 @@ def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableC
     reached_from = _modeling_caller(exc) if _is_shared_transformers_file(frame.filename) else None
     code = (linecache.getline(frame.filename, frame.lineno) or frame.line or "").rstrip()
     message = f"{type(exc).__name__}: {exc}".strip()
-    kind = classify(str(exc), code)
+    symptom = classify(str(exc), code)
     return UntraceableConstruct(
         filename=frame.filename,
         lineno=frame.lineno,
         function=frame.name,
         code=code.strip(),
-        kind=kind,
+        symptom=symptom,
         module_path=module_path,
         fx_message=message.splitlines()[0] if message else type(exc).__name__,
         reached_from=reached_from,

@@ -507,8 +507,8 @@ def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exce
     if construct is None:
         return exc
     header = f"could not trace {type(model).__name__}:"
-    if construct.kind.rule == "":
-        message = f"{header} {construct.kind.name}\n{construct.describe()}\n" \
+    if construct.symptom.rule == "":
+        message = f"{header} {construct.symptom.name}\n{construct.describe()}\n" \
                   "  note: this often means the sample input lacks an input the model needs"
         return SampleInputError(message) if isinstance(exc, ValueError) else UntraceableCodeError(message, construct)
     return UntraceableCodeError(f"{header}\n{construct.describe()}", construct)
