@@ -28,6 +28,7 @@ from .errors import StateChangeError
 from .runtime import is_trace_constant, same_constant
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
+_UNSET = object()
 
 
 def guard_wrapped_functions(namespace: MutableMapping[str, Any]) -> None:
@@ -98,13 +99,11 @@ def _changes(module: nn.Module, before: tuple[dict[str, Any], dict[str, Any]]) -
     for key, new in now.items():
         if key not in scalars and key not in _MODULE_SLOTS and is_trace_constant(new):
             found.append(f"{owner}.{key}: <unset or not a scalar> -> {new!r}")
-    for key in children.keys() | module._modules.keys():
+    for key in sorted(children.keys() | module._modules.keys()):
         if children.get(key) is not module._modules.get(key):
             found.append(f"{owner}.{key}: submodule replaced by {type(module._modules.get(key)).__name__}")
     return found
 
-
-_UNSET = object()
 
 
 def _describe(value: Any) -> str:
