@@ -16,6 +16,7 @@ from torch import fx, nn
 
 from .hooks import check_run_time
 from .runtime import TraceRecord
+from .wrapped_state import guard_wrapped_functions
 
 #: The ``get_attr`` target of the generated code that stands for the model itself.
 ROOT_ATTRIBUTE = "_tracezoo_root"
@@ -86,6 +87,8 @@ def compile_graph(graph: fx.Graph):
     """Compile an fx graph into a Python function ``forward(root, *placeholders)``."""
     code = graph.python_code(root_module="self")
     namespace = dict(code.globals)
+    # Wrapped functions run only here, never while tracing: one changing module settings must not pass.
+    guard_wrapped_functions(namespace)
     exec(compile(code.src, "<tracezoo-graph>", "exec"), namespace)
     return namespace["forward"]
 
