@@ -17,7 +17,7 @@ import transformers
 from patcher.coverage import architectures, check_architecture, find_targets, shrink_config, tensor_diff
 from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
-from patcher.coverage.samples import coverage_text_sample, special_tokens
+from patcher.coverage.sweep_samples import coverage_text_sample, special_tokens
 from patcher.coverage.shrink import MIN_INIT_STD
 
 # Diverse on purpose: dense, GQA, MoE, MLA, sliding windows, alternating layer types, encoder-decoder,

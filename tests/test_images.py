@@ -215,7 +215,7 @@ def test_square_sample_has_one_token_per_feature_and_its_pixels_reach_the_logits
 
 
 def test_a_vision_tower_in_the_encoder_config_is_found_and_the_decoder_gets_text():
-    from patcher.coverage.samples import special_tokens
+    from patcher.coverage.sweep_samples import special_tokens
     from patcher.images.layout import vision_config, vision_owner
 
     config, model = tiny("T5Gemma2ForConditionalGeneration")

@@ -216,7 +216,7 @@ def check_architecture(
     from ..models import build_model, resolve_model_class
     from ..traceable import load_traceable
     from .discover import find_layers, trace_targets
-    from .samples import has_multimodal_builder
+    from .sweep_samples import has_multimodal_builder
     from .shrink import shrink_config
 
     start = time.perf_counter()
@@ -390,7 +390,7 @@ def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
     """Two samples of the mode; for images the second has another layout (another image size where
     the family takes several, else two images per row), so the graph is reused on a new layout."""
     from ..images import second_layout
-    from .samples import coverage_multimodal_sample, coverage_text_sample
+    from .sweep_samples import coverage_multimodal_sample, coverage_text_sample
 
     if mode == "text":
         return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
