@@ -6,6 +6,7 @@ Timings are measured by scripts/bench_cli_startup.py, never asserted here.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,36 @@ def test_a_misspelt_model_id_is_reported_before_torch_and_the_model_class_are_im
                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert "HEAVY [] STATUS 2" in run.stdout.replace("'libcst', ", ""), run.stdout + run.stderr
     assert "Traceback" not in run.stderr and model_id in run.stderr
+
+
+EXIT_PROBE = """
+import atexit, sys
+marker = sys.argv.pop(1)
+atexit.register(lambda: open(marker, "w").write("exit handlers ran"))
+from patcher.cli import console_main
+console_main()
+"""
+
+
+def test_the_executable_skips_the_interpreter_teardown_but_not_the_output_or_the_exit_handlers(tmp_path):
+    # console_main ends the process with os._exit (the teardown after importing torch costs ~1.5 s);
+    # a plan's whole JSON must still arrive through a pipe, and atexit handlers must still run.
+    from transformers import LlamaConfig
+
+    config = tmp_path / "config.json"
+    LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1).to_json_file(config)
+    marker = tmp_path / "marker"
+    # Block-buffered output, as a user's pipe has it, so a missing flush would lose the plan.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marker), "plan", "LlamaForCausalLM", str(config),
+                          "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    assert len(plan["subgraphs"]) == 3
+    assert marker.read_text() == "exit handlers ran"
+    failed = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marker), "plan", "LlamaForCausalLM",
+                             str(tmp_path / "missing.json")], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert failed.returncode == 2 and "missing.json" in failed.stderr
