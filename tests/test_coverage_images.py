@@ -122,6 +122,27 @@ def test_vision_blocks_share_in_the_summary():
     assert f"| {NO_TOWER} |" in markdown([towerless])
 
 
+def test_a_chain_that_traced_but_failed_to_run_names_its_error_in_the_cell():
+    # MiniCPM-V's vision-block chain traced 5/5 and then raised in running; the cell showed only
+    # "traced 5/5 /" (no diff, no cause) instead of the stage, error and place.
+    from patcher.coverage.check import Attempt, CoverageRow
+    from patcher.coverage.report import markdown
+
+    failed = dict(ran=True, traced=True, subgraphs=5, expected=5, stage="run", blocker_kind="TypeError",
+                  error="TypeError: unsupported operand type(s) for //: 'NoneType' and 'int'",
+                  blocker_location="patcher/partition/subgraph.py:70")
+    row = CoverageRow("RunFailsForConditionalGeneration", built=True,
+                      text=Attempt("text", ran=True, traced=True, equal=True),
+                      multimodal=Attempt("multimodal", **failed), vision_blocks=Attempt("vision_blocks", **failed))
+    line = next(line for line in markdown([row]).splitlines() if line.startswith("| RunFails"))
+    cells = [cell.strip() for cell in line.split(" | ")]
+    assert cells[7] == cells[8] == "run: TypeError @ patcher/partition/subgraph.py:70", cells
+    compared = Attempt("vision_blocks", ran=True, traced=True, subgraphs=5, expected=5, max_diff=0.5,
+                       reuse_diff=0.25, stage="compare")
+    row.vision_blocks = compared
+    assert "traced 5/5 5.0e-01/2.5e-01" in markdown([row])
+
+
 def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence():
     import torch
 

@@ -55,10 +55,17 @@ def _vision_cell(row: CoverageRow) -> str:
         return f"equal ({attempt.subgraphs})"
     if not attempt.ran:
         return attempt.stage or "-"
-    if attempt.traced:
+    return _failed_attempt_cell(attempt)
+
+
+def _failed_attempt_cell(attempt: Attempt) -> str:
+    """A traced and compared attempt shows its diffs; one that stopped earlier (in the trace, or in
+    running the chain after a trace that succeeded) shows where and why."""
+    if attempt.traced and attempt.max_diff is not None:
         return f"traced {attempt.subgraphs}/{attempt.expected} {_diff(attempt.max_diff)}/{_diff(attempt.reuse_diff)}"
     where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
-    return f"{attempt.stage}: {(attempt.blocker_kind or '')[:40]}{where}"
+    kind = f": {attempt.blocker_kind[:40]}" if attempt.blocker_kind else ""
+    return f"{attempt.stage or '-'}{kind}{where}"
 
 
 def mapping_classes() -> set[str]:
@@ -179,8 +186,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
         text = row.text or Attempt("text")
         mm = row.multimodal
         mm_cell = "-" if mm is None else (
-            "equal" if mm.equal else f"traced {mm.subgraphs}/{mm.expected} {_diff(mm.max_diff)}/{_diff(mm.reuse_diff)}"
-            if mm.traced else f"{mm.stage}") + (f" (influence {_diff(mm.influence)})" if mm and mm.influence is not None else "")
+            "equal" if mm.equal else _failed_attempt_cell(mm) if mm.traced else f"{mm.stage}") + (f" (influence {_diff(mm.influence)})" if mm and mm.influence is not None else "")
         found = blocker(row)
         cells = [
             row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
