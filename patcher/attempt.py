@@ -15,6 +15,7 @@ from .partition import Subgraph, trace_subgraphs
 from .plugins import TracingDefaults, drop_in_for, tracing_defaults
 from .samples import is_vision_language, sample_input, text_only_note
 from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
+from .trace.tracer import sample_keys_not_taken
 
 
 def model_tracing_defaults(model: nn.Module) -> TracingDefaults | None:
@@ -147,6 +148,10 @@ def prepare_trace(
         extra_ignore = [extra_ignore]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample = sample_input(config, multimodal=multimodal_data, **{"device": "meta", **sample_options})
+    # The default sample is built from the config alone; inputs the forward cannot take (xLSTM has no
+    # attention_mask) are left out rather than refused by the tracer
+    for key in sample_keys_not_taken(model, sample):
+        del sample[key]
     return TraceSetup(cls, config, model, sample, targets, ignore)
 
 

@@ -130,3 +130,22 @@ def test_attempt_trace_old_argument_order_still_works_with_a_deprecation_warning
     with pytest.warns(DeprecationWarning, match="pass the class first"):
         subgraphs = attempt_trace("Meta-Llama-3-8B", "LlamaForCausalLM", out=out)
     assert len(subgraphs) == 33
+
+
+def test_the_default_sample_leaves_out_an_input_the_forward_cannot_take(tmp_path):
+    # xLSTM's forward has no attention_mask (its **kwargs pass it to nothing): the default sample
+    # gave it one, and the tracer refused the tool's own sample instead of naming the real blocker.
+    from patcher.attempt import prepare_trace
+    from patcher import trace_subgraphs
+    from patcher.trace import SampleInputError
+
+    config = transformers.xLSTMConfig(vocab_size=64, hidden_size=16, embedding_dim=16, num_heads=2,
+                                      num_hidden_layers=2, num_blocks=2)
+    config.to_json_file(tmp_path / "config.json")
+    setup = prepare_trace(str(tmp_path / "config.json"), "xLSTMForCausalLM")
+    assert "attention_mask" not in setup.sample and "input_ids" in setup.sample
+    llama = prepare_trace("Meta-Llama-3-8B", "LlamaForCausalLM")
+    assert "attention_mask" in llama.sample  # a model that takes it keeps it
+    with pytest.raises(SampleInputError, match="'attention_mask', which xLSTMForCausalLM.forward does not name"):
+        trace_subgraphs(setup.model, {**setup.sample, "attention_mask": setup.sample["input_ids"]},
+                        sequential_targets=setup.targets)

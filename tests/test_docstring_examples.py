@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["patcher.partition.subgraph", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.attempt",
-           "patcher.plan.memory", "patcher.plan.report", "patcher.towers"]
+           "patcher.plan.memory", "patcher.plan.report", "patcher.towers", "patcher.trace.tracer"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -256,15 +256,18 @@ def check_architecture(
     row.multimodal = attempts[1] if len(attempts) > 1 else None
 
     # The eager original on each sample first: "built" means the tiny model runs.
+    from ..trace.tracer import sample_keys_not_taken
+
     samples = {}
     for attempt in attempts:
         try:
             samples[attempt.mode] = _samples(config, attempt.mode, seed, model=original)
-            if not _accepts(original, "decoder_input_ids"):
-                # decoder-only heads of encoder-decoder configs (PegasusForCausalLM) take **kwargs:
-                # decoder_input_ids would be an input nothing reads, refused by the tracer
-                for sample in samples[attempt.mode]:
-                    sample.pop("decoder_input_ids", None)
+            # Inputs the forward cannot take would be refused by the tracer: decoder_input_ids of a
+            # decoder-only head on an encoder-decoder config (PegasusForCausalLM), attention_mask of
+            # a model without one (xLSTM, whose **kwargs pass it to nothing)
+            for sample in samples[attempt.mode]:
+                for key in sample_keys_not_taken(original, sample):
+                    del sample[key]
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, "sample", exc, _Generated(), original_file)
             continue

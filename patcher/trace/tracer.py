@@ -229,30 +229,60 @@ def _typed_dict_keys(cls: Any) -> set[str]:
     return keys if hasattr(cls, "__total__") else set()
 
 
-def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> None:
+def sample_keys_not_taken(model: nn.Module, sample: Mapping[str, Any]) -> list[str]:
+    """The keys of ``sample`` that ``model``'s forward cannot receive, which tracing refuses: not a
+    parameter of its forward and, where the forward has ``**kwargs``, not a name that any module of
+    the model takes through them (a typo, or an input nothing reads).
+
+    A default sample built from a config (``patcher.samples.sample_input``, the coverage sweep's)
+    drops these, e.g. ``attention_mask`` for xLSTM, whose forward has none; a user's own sample is
+    refused with a message instead.
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    >>> sample_keys_not_taken(model, {"input_ids": None, "attention_mask": None, "attenton_mask": None})
+    ['attenton_mask']
+    """
+    return _keys_not_taken(model, _forward_parameters(model)[1], sample)
+
+
+def _named_parameters(signature: inspect.Signature) -> tuple[set[str], bool]:
+    """The forward's parameter names (self dropped), and whether it has ``**kwargs``."""
     params = list(signature.parameters.values())[1:]  # drop self
-    accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
     names = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return names, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _keys_not_taken(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> list[str]:
+    names, accepts_kwargs = _named_parameters(signature)
     unknown = [key for key in sample if key not in names]
-    if unknown and not accepts_kwargs:
+    if not unknown or not accepts_kwargs:
+        return unknown
+    # **kwargs takes anything, so a typo (`attenton_mask`) would become an input nothing reads
+    known = _kwargs_names(model)
+    return [key for key in unknown if key not in known]
+
+
+def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> None:
+    names, accepts_kwargs = _named_parameters(signature)
+    refused = _keys_not_taken(model, signature, sample)
+    if refused and not accepts_kwargs:
         raise SampleInputError(
-            f"sample input has {', '.join(map(repr, unknown))}, which {type(model).__name__}.forward "
+            f"sample input has {', '.join(map(repr, refused))}, which {type(model).__name__}.forward "
             f"does not accept; it takes: {', '.join(sorted(names))}"
         )
-    if unknown:
-        # **kwargs takes anything, so a typo (`attenton_mask`) would become an input nothing reads
+    if refused:
         known = _kwargs_names(model)
-        typos = [key for key in unknown if key not in known]
-        if typos:
-            lines = [f"sample input has {', '.join(map(repr, typos))}, which {type(model).__name__}.forward "
-                     "does not name and no module of the model takes through **kwargs; it would be an input "
-                     "nothing reads (a silent wrong result)."]
-            for key in typos:
-                close = difflib.get_close_matches(key, sorted(names | known), n=1)
-                if close:
-                    lines.append(f"  {key!r}: did you mean {close[0]!r}?")
-            lines.append(f"  {type(model).__name__}.forward takes: {', '.join(sorted(names))}")
-            raise SampleInputError("\n".join(lines))
+        lines = [f"sample input has {', '.join(map(repr, refused))}, which {type(model).__name__}.forward "
+                 "does not name and no module of the model takes through **kwargs; it would be an input "
+                 "nothing reads (a silent wrong result)."]
+        for key in refused:
+            close = difflib.get_close_matches(key, sorted(names | known), n=1)
+            if close:
+                lines.append(f"  {key!r}: did you mean {close[0]!r}?")
+        lines.append(f"  {type(model).__name__}.forward takes: {', '.join(sorted(names))}")
+        raise SampleInputError("\n".join(lines))
     for key in sample:
         if not key.isidentifier():
             raise SampleInputError(f"sample input key {key!r} is not a valid Python identifier")
@@ -270,7 +300,7 @@ def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Map
         )
     missing = [
         p.name
-        for p in params
+        for p in list(signature.parameters.values())[1:]
         if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in sample
     ]
     if missing:
