@@ -98,6 +98,7 @@ def _short(message: str, limit: int = 400) -> str:
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.__file__) + os.sep,
               os.path.dirname(os.path.abspath(__file__)) + os.sep)
+_PATCHER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class _Generated:
@@ -173,6 +174,9 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
         return
     attempt.blocker_kind = "missing targets" if isinstance(exc, MissingTargetsError) else type(exc).__name__
     frame = getattr(exc, "location", None) or _innermost_frame(exc)
+    graph_source = getattr(exc, "graph_source", None)  # raised by a graph's own code: the line it was traced from
+    if graph_source and (frame is None or frame[0].startswith(_PATCHER_DIR) or frame[0].startswith("<")):
+        frame = graph_source
     if frame:
         attempt.blocker_location = generated.location(frame[0], frame[1], original_file)
         attempt.blocker_code = _short(linecache.getline(frame[0], frame[1]).strip(), 160) or None

@@ -10,7 +10,7 @@ from torch import fx, nn
 from ..trace.errors import MissingInputError
 from ..trace.runtime import TraceRecord
 from ..trace.hooks import check_run_time
-from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused
+from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
 from ..trace.tracer import trace_graph
 
 
@@ -67,7 +67,8 @@ class Subgraph:
     def _run(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
         if self._forward is None:
             self._forward = compile_graph(self.graph)
-        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
+        return run_graph(self._forward, self.graph, GraphRoot(model, self.constants),
+                         [inputs[name] for name in self.input_names], f"subgraph {self.index}")
 
     __call__ = forward
 

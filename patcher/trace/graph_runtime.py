@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from torch import fx, nn
 
 from .hooks import check_run_time
+from .liveness import describe_node
 from .runtime import TraceRecord
 from .wrapped_state import guard_wrapped_functions
 
@@ -22,6 +23,8 @@ from .wrapped_state import guard_wrapped_functions
 ROOT_ATTRIBUTE = "_tracezoo_root"
 #: Name prefix of the values captured while tracing (``GraphRoot`` serves them by name).
 CONSTANT_PREFIX = "_tracezoo_constant_"
+#: The file name of compiled graph code in tracebacks.
+GRAPH_FILENAME = "<tracezoo-graph>"
 
 
 @dataclass
@@ -57,7 +60,8 @@ class TracedGraph:
                 raise KeyError(f"the graph needs {', '.join(map(repr, missing))}, which the inputs do not have")
         if self._forward is None:
             self._forward = compile_graph(self.graph)
-        return self._forward(GraphRoot(model, self.constants), *[inputs[name] for name in self.input_names])
+        return run_graph(self._forward, self.graph, GraphRoot(model, self.constants),
+                         [inputs[name] for name in self.input_names], "the traced graph")
 
     __call__ = forward
 
@@ -89,8 +93,52 @@ def compile_graph(graph: fx.Graph):
     namespace = dict(code.globals)
     # Wrapped functions run only here, never while tracing: one changing module settings must not pass.
     guard_wrapped_functions(namespace)
-    exec(compile(code.src, "<tracezoo-graph>", "exec"), namespace)
+    exec(compile(code.src, GRAPH_FILENAME, "exec"), namespace)
     return namespace["forward"]
+
+
+def run_graph(forward, graph: fx.Graph, root: "GraphRoot", inputs: list[Any], where: str):
+    """``forward(root, *inputs)``; an exception raised by the graph's own code (not inside a module
+    it calls, whose frames already point at model code) gets a note naming the node and the
+    model-code line it was traced from, and ``graph_source`` = ``(file, line)`` for reports.
+
+    XLNet's layers return ``(output_h, None)``: while tracing, a layer kept whole is one value, so
+    ``output_g if output_g is not None else output_h`` took ``output_g``, and the chain fails in
+    ``dropout(None)``; without the note the traceback ends in torch, far from that line.
+    """
+    try:
+        return forward(root, *inputs)
+    except Exception as exc:
+        node = failing_node(graph, exc)
+        source = node.meta.get("tz_source") if node is not None else None
+        if source is not None:
+            exc.add_note(f"tracezoo: raised while running {where}, by its node `{node.name}`: {describe_node(node)}")
+            try:
+                exc.graph_source = source[:2]
+            except AttributeError:  # an exception type with __slots__: the note is enough
+                pass
+        raise
+
+
+def failing_node(graph: fx.Graph, exc: BaseException) -> fx.Node | None:
+    """The node of ``graph`` whose generated line raised ``exc``, if the graph's code is in its
+    traceback and the innermost of its frames is a line of that code."""
+    lineno = None
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename == GRAPH_FILENAME:
+            lineno = trace.tb_lineno
+        trace = trace.tb_next
+    if lineno is None:
+        return None
+    code = graph.python_code(root_module="self")
+    index = (code._lineno_map or {}).get(lineno - code._prologue_start)
+    if index is None:
+        return None
+    for position, node in enumerate(graph.nodes):
+        if position == index:
+            return node
+    return None
 
 
 @contextlib.contextmanager
