@@ -70,10 +70,6 @@ VISION_BLOCKS_FAIL = {
         "trace", "modeling_git.py:802",
         "`if pixel_values.ndim == 4:` in the tower's own forward, a shape branch (TZ105) that the "
         "patcher cannot move while the tower's blocks are targets"),
-    "MiniCPMV4_7ForConditionalGeneration": (
-        "run", "patcher/partition/subgraph.py",
-        "the window merger's size arithmetic gets None between vision-block subgraphs (TypeError at "
-        "run time, not a wrong number)"),
 }
 #: VLMs whose patches reach the text model through a projection, with no tower of blocks to split.
 WITHOUT_TOWER = {"FuyuForCausalLM"}

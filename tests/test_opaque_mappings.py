@@ -8,6 +8,7 @@ the traced graph would rebuild masks from the dict; the tracer returns a dict of
 import pytest
 import torch
 from torch import nn
+from transformers.utils.generic import get_max_seqlen  # a global here, as in modeling files (patched while tracing)
 
 from patcher import UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.trace.opaque import MAPPING_OUTPUTS
@@ -80,3 +81,42 @@ def test_a_key_the_builder_does_not_return_fails_loudly(monkeypatch):
     monkeypatch.setitem(MAPPING_OUTPUTS, "create_masks_for_vision_model", lambda args, kwargs: ("full_attention",))
     with pytest.raises(UntraceableCodeError, match="KeyError: 'sliding_attention'"):
         trace_graph(model, sample, ["Layer"])
+
+
+class _PackedTower(nn.Module):
+    """Calls transformers' get_max_seqlen (opaque by default) and tests its result, as MiniCPM-V's
+    vision tower does (``if max_seqlens is not None: max_seqlens = max_seqlens // 4``)."""
+
+    def __init__(self, attn_implementation):
+        super().__init__()
+        from transformers import LlamaConfig
+
+        self.config = LlamaConfig(hidden_size=8, num_attention_heads=2)
+        self.config._attn_implementation = attn_implementation
+        self.layer = Layer()
+
+    def forward(self, hidden, lengths):
+        cu_seqlens = torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0))
+        max_seqlen = get_max_seqlen(cu_seqlens, self.config, kwargs={})
+        if max_seqlen is not None:
+            hidden = hidden * (max_seqlen // 4)
+        hidden = hidden + cu_seqlens[-1]
+        return {"logits": self.layer(hidden, hidden)}
+
+
+def test_get_max_seqlen_is_none_while_tracing_when_the_graph_will_see_none():
+    torch.manual_seed(0)
+    model = _PackedTower("sdpa").eval()
+    sample = {"hidden": torch.randn(2, 3), "lengths": torch.tensor([2, 5])}
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    # it was one graph node returning None at run time, and `None // 4` raised in the chain
+    assert not any("get_max_seqlen" in str(node.target) for subgraph in subgraphs for node in subgraph.graph.nodes)
+    torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample)["logits"],
+                               rtol=0, atol=0)
+
+
+def test_get_max_seqlen_stays_a_graph_node_where_flash_attention_is_requested():
+    model = _PackedTower("flash_attention_2").eval()
+    sample = {"hidden": torch.randn(2, 3), "lengths": torch.tensor([2, 5])}
+    graph = trace_graph(model, sample, ["Layer"])
+    assert any("get_max_seqlen" in str(node.target) for node in graph.graph.nodes)

@@ -16,6 +16,10 @@ while tracing (a proxy is no dict) although the value is a dict when the graph r
 traced graph would build masks from a dict. For those calls (:data:`MAPPING_OUTPUTS`) the tracer
 returns a real dict of one graph value per key; a key missing at run time raises ``KeyError``
 instead of computing something else.
+
+Some opaque calls have a result that the trace already decides (:data:`PYTHON_RESULT_WHEN`):
+``get_max_seqlen`` is None unless flash attention is requested. Those run for real while
+tracing, so tests such as ``is not None`` on their result see the value the graph will see.
 """
 
 from __future__ import annotations
@@ -54,6 +58,33 @@ def _generate_mask_keys(args: tuple, kwargs: dict) -> tuple[str, ...] | None:
 MAPPING_OUTPUTS: dict[str, Any] = {
     "create_masks_for_vision_model": _vision_mask_keys,
     "create_masks_for_generate": _generate_mask_keys,
+}
+
+
+def _max_seqlen_is_none(original, args: tuple, kwargs: dict) -> bool:
+    """``get_max_seqlen(cu_seqlens, config, kwargs)`` is None, without reading ``cu_seqlens``, unless
+    flash attention is requested or the caller's kwargs carry the length: both are known while
+    tracing. As one graph node its None would be a proxy, and the caller's ``if max_seqlens is not
+    None: max_seqlens // 4`` (MiniCPM-V's vision tower) would be decided True and fail at run time."""
+    from transformers.utils.generic import is_flash_attention_requested
+
+    try:
+        bound = inspect.signature(original).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    bound.apply_defaults()
+    config, call_kwargs = bound.arguments.get("config"), bound.arguments.get("kwargs")
+    precomputed = call_kwargs.get(bound.arguments.get("kwarg_name")) if isinstance(call_kwargs, dict) else None
+    try:
+        return precomputed is None and not is_flash_attention_requested(config)
+    except Exception:  # noqa: BLE001  (no usable config: keep the call as a node)
+        return False
+
+
+#: Opaque callee name -> whether a call with these arguments gives its Python result while tracing
+#: (the real function runs then, never reading the traced values it is handed), not a graph node.
+PYTHON_RESULT_WHEN: dict[str, Any] = {
+    "get_max_seqlen": _max_seqlen_is_none,
 }
 
 
@@ -98,10 +129,12 @@ def _find_proxy(args: tuple, kwargs: dict) -> fx.Proxy | None:
 
 
 def _opaque_function(original):
+    python_result_when = PYTHON_RESULT_WHEN.get(original.__name__)
+
     @functools.wraps(original)
     def opaque(*args, **kwargs):
         proxy = _find_proxy(args, kwargs)
-        if proxy is None:
+        if proxy is None or (python_result_when is not None and python_result_when(original, args, kwargs)):
             return original(*args, **kwargs)
         return proxy.tracer.create_proxy("call_function", original, args, kwargs)
 
