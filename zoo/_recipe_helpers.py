@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from patcher.coverage.wake import wake_zero_parameters
-from patcher.images.tokens import place_spans
+from patcher.images.tokens import check_counts, pad_token_id, place_spans
 from patcher.samples import text_sample
 
 
@@ -73,21 +73,6 @@ def image_sizes(image_size, num_images: int, default) -> list[tuple[int, int]]:
     if len(sizes) != num_images:
         raise ValueError(f"image_size lists {len(sizes)} sizes for num_images={num_images}: give one per image")
     return sizes
-
-
-def check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: int) -> None:
-    if batch_size < 1 or num_images < 1:
-        raise ValueError(f"batch_size and num_images must be >= 1 (got {batch_size}, {num_images}); "
-                         "use multimodal=False for a text-only sample")
-    if not 0 <= left_padding < seq_len:
-        raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
-
-
-def pad_token_id(config) -> int:
-    for candidate in (getattr(config.get_text_config(), "pad_token_id", None), getattr(config, "pad_token_id", None)):
-        if candidate is not None:
-            return int(candidate)
-    return 0
 
 
 def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,

@@ -218,6 +218,7 @@ def check_architecture(
     ``atol``: the largest |diff| that counts as equal (default: the sweep's row of
     ``patcher.verify.TOLERANCES``)."""
     from ..models import build_model, resolve_model_class
+    from ..trace.tracer import sample_keys_not_taken
     from ..traceable import load_traceable
     from .discover import find_layers, trace_targets
     from .sweep_samples import has_multimodal_builder
@@ -260,8 +261,6 @@ def check_architecture(
     row.multimodal = attempts[1] if len(attempts) > 1 else None
 
     # The eager original on each sample first: "built" means the tiny model runs.
-    from ..trace.tracer import sample_keys_not_taken
-
     samples = {}
     for attempt in attempts:
         try:

@@ -133,12 +133,7 @@ def failing_node(graph: fx.Graph, exc: BaseException) -> fx.Node | None:
         return None
     code = graph.python_code(root_module="self")
     index = (code._lineno_map or {}).get(lineno - code._prologue_start)
-    if index is None:
-        return None
-    for position, node in enumerate(graph.nodes):
-        if position == index:
-            return node
-    return None
+    return None if index is None else list(graph.nodes)[index]
 
 
 @contextlib.contextmanager

@@ -103,14 +103,11 @@ def build_sample(config: Gemma3Config, sizes, *, batch_size, seq_len, left_paddi
 RECIPE = Recipe(
     model_type=MODEL_TYPE,
     model_class=MODEL_CLASS,
-    # The modeling module the zoo entry is generated from.
     source_module="transformers.models.gemma3.modeling_gemma3",
-    # zoo export name -> class of the generated module (same name as the original class).
     exports={
         "TraceableGemma3ForConditionalGeneration": "Gemma3ForConditionalGeneration",
         "TraceableGemma3Model": "Gemma3Model",
     },
-    # Module classes the patcher must never hide inside wrapped code.
     patch_targets=["Gemma3DecoderLayer"],
     # One subgraph per text decoder layer.
     default_targets=["Gemma3DecoderLayer"],
@@ -124,7 +121,6 @@ RECIPE = Recipe(
         "re:model\\.multi_modal_projector",
         "get_image_features",
     ],
-    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,

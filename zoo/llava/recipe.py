@@ -101,14 +101,11 @@ def build_sample(config: LlavaConfig, sizes, *, batch_size, seq_len, left_paddin
 RECIPE = Recipe(
     model_type=MODEL_TYPE,
     model_class=MODEL_CLASS,
-    # The modeling module the zoo entry is generated from.
     source_module="transformers.models.llava.modeling_llava",
-    # zoo export name -> class of the generated module (same name as the original class).
     exports={
         "TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
         "TraceableLlavaModel": "LlavaModel",
     },
-    # Module classes the patcher must never hide inside wrapped code.
     patch_targets=["LlamaDecoderLayer"],
     # One subgraph per text decoder layer (the text model is a plain Llama).
     default_targets=["LlamaDecoderLayer"],
@@ -121,7 +118,6 @@ RECIPE = Recipe(
         "re:model\\.multi_modal_projector",
         "get_image_features",
     ],
-    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,

@@ -191,14 +191,11 @@ def build_sample(config: MllamaConfig, sizes, *, batch_size, seq_len, left_paddi
 RECIPE = Recipe(
     model_type=MODEL_TYPE,
     model_class=MODEL_CLASS,
-    # The modeling module the zoo entry is generated from.
     source_module="transformers.models.mllama.modeling_mllama",
-    # zoo export name -> class of the generated module (same name as the original class).
     exports={
         "TraceableMllamaForConditionalGeneration": "MllamaForConditionalGeneration",
         "TraceableMllamaModel": "MllamaModel",
     },
-    # Module classes the patcher must never hide inside wrapped code.
     patch_targets=["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"],
     default_targets=DEFAULT_TARGETS,
     # With images: cut at the cross-attention layers too.
@@ -212,7 +209,6 @@ RECIPE = Recipe(
         "re:model\\.vision_model",
         "_prepare_cross_attention_mask",
     ],
-    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,

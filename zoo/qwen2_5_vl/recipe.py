@@ -89,14 +89,11 @@ build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl.build_sample)
 RECIPE = Recipe(
     model_type=MODEL_TYPE,
     model_class=MODEL_CLASS,
-    # The modeling module the zoo entry is generated from.
     source_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-    # zoo export name -> class of the generated module (same name as the original class).
     exports={
         "TraceableQwen2_5_VLForConditionalGeneration": "Qwen2_5_VLForConditionalGeneration",
         "TraceableQwen2_5_VLModel": "Qwen2_5_VLModel",
     },
-    # Module classes the patcher must never hide inside wrapped code.
     patch_targets=["Qwen2_5_VLDecoderLayer"],
     # One subgraph per text decoder layer.
     default_targets=["Qwen2_5_VLDecoderLayer"],
@@ -112,7 +109,6 @@ RECIPE = Recipe(
         "get_image_features",
         "get_video_features",
     ],
-    # Opt-in vision-tower blocks as targets, and their ignore additions (see VISION_TARGETS above).
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,
