@@ -27,7 +27,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers"},  # + a model's towers
     {"partition", "images"},  # subgraphs per target; image samples per pixel layout
     {"verify", "render", "samples"},  # equivalence with eager, pictures; samples (text, or a registered builder)
-    {"traceable", "attempt"},  # repair loop and loading; one traced attempt, end to end
+    {"traceable", "attempt", "integrations"},  # repair loop and loading; one traced attempt, end to end;
+    # the chain inside other tools (llm-compressor)
     {"plan", "arguments", "written_check"},  # memory plan of a traced attempt; the model commands' shared
     # options; the re-trace of a file `patcher repair -o` wrote
     {"coverage", "cli"},  # the sweep; the command line

@@ -1,33 +1,33 @@
-"""tracezoo's classes inside llm-compressor: its own sequential tracer, its own way of running the chain.
+"""llm-compressor's ``oneshot`` on tracezoo's tracer (``patcher.integrations.llmcompressor``).
 
 Skipped unless ``llmcompressor`` is installed; it lives in a separate environment
 (``bash scripts/setup_llmcompressor.sh``, then ``.venv-llmc/bin/python -m pytest
-tests/test_llmcompressor.py``), because llmcompressor 0.14 requires transformers <= 5.17 and
-the main environment runs 5.23.
+tests/test_llmcompressor.py``), because llmcompressor 0.14 requires transformers <= 5.17 and the
+main environment runs 5.23. CI runs the cases not marked ``slow`` there.
 
-For each zoo class (tiny model + the recipe's multimodal sample) and classes made by
-``patcher.load_traceable``, this calls llm-compressor's ``trace_subgraphs`` (the function its
-``SequentialPipeline`` calls, with ``oneshot``'s default ``tracing_ignore``), runs the subgraphs in
-order the way the pipeline does (``subgraph.forward(model, **inputs)`` inside
-``calibration_forward_context``, intermediates updated with each subgraph's outputs, then its
-``consumed_names`` deleted) and compares what reaches ``lm_head`` with an eager forward pass.
+For every case (the five zoo classes, vision-language classes outside the zoo made traceable by
+``load_traceable``, two text classes made traceable the same way, and plain transformers'
+``LlamaForCausalLM``), ``oneshot`` runs GPTQ (W4A16 and W8A8) with the sequential
+pipeline inside ``tracezoo_tracing()`` on calibration batches of two image layouts, and:
 
-``calibration_forward_context`` replaces ``lm_head``'s forward with a meta-device matmul (the
-logits are never materialised during calibration), so the last subgraph's outputs hold nothing to
-compare: a forward hook on ``lm_head`` records its input (the final hidden states) in both runs,
-and the real ``lm_head`` is applied to it afterwards. The eager reference runs in the same context
-(eager attention, no cache), so the two are expected to be bit-equal; a second comparison against a
-plain ``model(**sample)`` (the model's own attention implementation) allows float tolerance.
+- every Linear of the sequential targets is quantized (a scale, and GPTQ changed the weight);
+- the inputs every target received while it was calibrated equal an eager reference: the final
+  model (every layer quantized) run eagerly with quantization disabled, as the pipeline runs it,
+  gives layer i the outputs of the quantized layers 0..i-1, which is what the chain must have fed
+  it (bit-equal: the chain calls the same modules with the same kernels);
+- where llm-compressor's own tracer also works on the same model and batches, the quantized
+  weights are bit-identical to its result; where it does not, ``LLMC_TRACER`` says why (it fails,
+  or it runs and calibrates on inputs that differ from eager).
 
-Two ignore lists: ``oneshot`` (its default ``tracing_ignore``, what a user gets) and
-``oneshot+fx_wrapped`` (plus the ``torch.fx.wrap`` names of the model's modeling modules, the
-workaround for the Qwen VL failure below). Results and causes: GUIDE.md, "Using tracezoo classes in
-llm-compressor"; every expected failure below was reproduced and its cause read in the source.
+Batches that do not fit the graph are refused before any weight changes (``test_mismatched_*``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
+import re
 import warnings
 
 import pytest
@@ -35,17 +35,15 @@ import torch
 
 pytest.importorskip("llmcompressor")
 
-from llmcompressor.args.dataset_arguments import DatasetArguments  # noqa: E402
-from llmcompressor.pipelines.sequential.helpers import trace_subgraphs  # noqa: E402
-from llmcompressor.utils.helpers import calibration_forward_context  # noqa: E402
+from llmcompressor import oneshot  # noqa: E402
+from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: E402
+from llmcompressor.utils.helpers import DisableQuantization, calibration_forward_context  # noqa: E402
 
 import zoo  # noqa: E402
-from patcher import load_traceable  # noqa: E402
+from patcher import InputMismatchError, MissingInputError, load_traceable  # noqa: E402
 from patcher.coverage.wake import wake_zero_parameters  # noqa: E402
+from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
 from zoo._entries import recipe  # noqa: E402
-
-#: What ``oneshot`` passes as ``ignore`` unless the user sets ``tracing_ignore``.
-ONESHOT_IGNORE: list[str] = list(DatasetArguments().tracing_ignore)
 
 ZOO_CLASSES = {
     "qwen2_vl": "TraceableQwen2VLForConditionalGeneration",
@@ -55,42 +53,50 @@ ZOO_CLASSES = {
     "gemma3": "TraceableGemma3ForConditionalGeneration",
 }
 
-#: Known failures inside llm-compressor, with their cause, from real runs (strict: a pass fails).
-_LOST_FX_WRAP = (
-    "llm-compressor's autowrap_forward (pipelines/sequential/ast_helpers.py) recompiles {forward} in a "
-    "copy of the module's globals, where torch.fx.wrap's patching (keyed by the original globals) never "
-    "reaches; so the tracer steps into tracezoo's @torch.fx.wrap forwarder {wrapped} and meets the shape "
-    "branch it was written to hide (TraceError: symbolically traced variables cannot be used as inputs to "
-    "control flow). Workaround: add the module's fx-wrapped names to tracing_ignore (ignore_mode "
-    "'oneshot+fx_wrapped')"
-)
-#: transformers > 5.17 (outside llmcompressor 0.14's range, only with LLMC_TRANSFORMERS=5.23.0): the
-#: VLM forwards fill a dict, ``mm_encoder_outputs["image"] = self.get_image_features(...)``, inside
-#: ``if ... pixel_values is not None``. llm-compressor's AutoWrapper (ast_utils/auto_wrapper.py) wraps
-#: that ``if`` into a function returning ``()``: the fill happens only at run time, on a dict the graph
-#: never reads again, and the next wrapped ``if mm_encoder_outputs.get("image") is not None`` saw an
-#: empty dict while tracing. The chain silently ignores the image (LLaVA: bit-equal to eager without
-#: pixel_values). The original transformers classes fail the same way.
-_DROPPED_IMAGE = (
-    "llm-compressor's AutoWrapper wraps `mm_encoder_outputs['image'] = self.get_image_features(...)` "
-    "(transformers > 5.17) into a function returning (), so the traced chain never merges the image: "
-    "silent wrong result, the original class too"
-)
-
-
-def _fills_mm_encoder_outputs(model) -> bool:
-    import inspect
-
-    inner = getattr(model, "model", None)
-    return inner is not None and "mm_encoder_outputs" in inspect.signature(type(inner).forward).parameters
-
-
-XFAIL: dict[tuple[str, str], tuple[type[BaseException], str]] = {
-    ("qwen2_vl", "oneshot"): (RuntimeError, _LOST_FX_WRAP.format(
-        forward="Qwen2VLTextModel.forward", wrapped="_wrapped_forward_position_ids_ndim_shape")),
-    ("qwen2_5_vl", "oneshot"): (RuntimeError, _LOST_FX_WRAP.format(
-        forward="Qwen2_5_VLTextModel.forward", wrapped="_wrapped_forward_position_ids_ndim_shape")),
+#: Vision-language classes outside the zoo, each with what its image inputs add.
+OUTSIDE_ZOO = {
+    "LlavaNextForConditionalGeneration": "any-resolution tiles + image_sizes",
+    "LlavaOnevisionForConditionalGeneration": "any-resolution, image sizes read by len()",
+    "Idefics3ForConditionalGeneration": "pixel_attention_mask, a per-image feature list",
+    "Idefics2ForConditionalGeneration": "perceiver resampler, pixel_attention_mask",
+    "SmolVLMForConditionalGeneration": "Idefics3's layout, another text model",
+    "Qwen3VLForConditionalGeneration": "patch grid, deepstack features",
+    "Glm4vForConditionalGeneration": "patch grid with start/end markers",
+    "PaliGemmaForConditionalGeneration": "fixed size, token_type_ids",
+    "Mistral3ForConditionalGeneration": "Pixtral tower, image_sizes",
+    "Lfm2VlForConditionalGeneration": "SigLIP2 NaFlex: spatial_shapes + patch mask",
+    "InternVLForConditionalGeneration": "fixed size, pixel shuffle",
+    "GotOcr2ForConditionalGeneration": "SAM tower",
+    "AyaVisionForConditionalGeneration": "pixel shuffle projector",
 }
+
+_LOST_FX_WRAP = (
+    "llm-compressor's autowrap_forward (pipelines/sequential/ast_helpers.py) recompiles {forward} in a copy of "
+    "its module's globals, where torch.fx.wrap's patching never reaches, so its tracer steps into tracezoo's "
+    "forwarder and meets the branch it hides ({line}): TraceError, control flow on a traced value")
+_MASK_DROPPED = (
+    "llm-compressor's graph hands every text layer ({text}) attention_mask=None where eager hands the causal "
+    "mask, so layer 1 is calibrated on inputs {off} off; the quantized weights differ from tracezoo's, whose "
+    "inputs equal eager")
+#: Cases where llm-compressor's own tracer, on the same model and batches, does not give a chain
+#: to compare weights with: ``case -> (how, why)``; ``fails``: ``oneshot`` raises; ``wrong``: it runs,
+#: and the inputs it calibrates a layer on differ from eager (measured). From real runs; strict.
+LLMC_TRACER: dict[str, tuple[str, str]] = {
+    "qwen2_vl": ("fails", _LOST_FX_WRAP.format(forward="Qwen2VLTextModel.forward", line="modeling_qwen2_vl.py:820")),
+    "qwen2_5_vl": ("fails", _LOST_FX_WRAP.format(forward="Qwen2_5_VLTextModel.forward",
+                                                 line="modeling_qwen2_5_vl.py:839")),
+    "Qwen3VLForConditionalGeneration": ("fails", _LOST_FX_WRAP.format(forward="Qwen3VLTextModel.forward",
+                                                                      line="modeling_qwen3_vl.py")),
+    "Glm4vForConditionalGeneration": ("fails", _LOST_FX_WRAP.format(forward="Glm4vTextModel.forward",
+                                                                    line="modeling_glm4v.py:869")),
+    "PaliGemmaForConditionalGeneration": ("fails", _LOST_FX_WRAP.format(
+        forward="GemmaModel.forward", line="the create_causal_mask call, modeling_gemma.py:413")),
+    "Mistral3ForConditionalGeneration": ("wrong", _MASK_DROPPED.format(text="Mistral", off="0.08")),
+    "Idefics2ForConditionalGeneration": ("wrong", _MASK_DROPPED.format(text="Mistral", off="0.09")),
+}
+
+#: Cases run in CI (the rest are marked slow).
+CI_CASES = ("llava", "qwen2_vl", "PaliGemmaForConditionalGeneration", "transformers:LlamaForCausalLM")
 
 
 def _zoo_case(entry: str):
@@ -99,78 +105,127 @@ def _zoo_case(entry: str):
         warnings.simplefilter("ignore")  # ZooRegeneratedWarning: llmcompressor's transformers is older
         cls = getattr(zoo, ZOO_CLASSES[entry])
     model = spec.tiny_model(model_class=cls)
-    sample = spec.build_sample(model.config, batch_size=2, seq_len=5, num_images=1, left_padding=1)
-    # Same shapes, other values: new image positions, no padding (a later calibration batch).
-    other = spec.build_sample(model.config, batch_size=2, seq_len=5, num_images=1, left_padding=0,
-                              generator=torch.Generator().manual_seed(1))
-    targets = list(spec.targets(multimodal=True))
-    return model, [sample, other], targets
+    batches = [spec.build_sample(model.config, batch_size=2, seq_len=5, num_images=1, left_padding=1),
+               spec.build_sample(model.config, batch_size=1, seq_len=9, num_images=2, left_padding=0,
+                                 generator=torch.Generator().manual_seed(1))]
+    return model, batches, list(spec.targets(multimodal=True))
 
 
-def _text_case(class_name: str, config_class: str, target: str):
+def _outside_zoo_case(name: str):
+    """The coverage sweep's tiny model, patched by ``load_traceable``, and its two image layouts."""
+    from patcher.coverage.check import _build, _samples
+    from patcher.coverage.discover import find_layers, trace_targets
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model, resolve_model_class
+
+    cls = resolve_model_class(name)
+    config = shrink_config(cls.config_class)
+    meta = build_model(cls, config, device="meta")
+    classes, layer_list = find_layers(meta)
+    targets = trace_targets(meta, classes, layer_list)
+    model = _build(load_traceable(cls, targets=classes), config, seed=0)
+    return model, _samples(config, "multimodal", 0, model=model), targets
+
+
+def _text_case(class_name: str, config_class: str, plain: bool = False):
+    """A tiny text model; ``plain``: the transformers class itself, which tracezoo traces as it is."""
     import transformers
 
     config = getattr(transformers, config_class)(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=64)
-    cls = load_traceable(class_name)
     torch.manual_seed(0)
+    cls = getattr(transformers, class_name) if plain else load_traceable(class_name)
     model = cls._from_config(config)
     wake_zero_parameters(model, 0)
     model.eval()
     generator = torch.Generator().manual_seed(0)
-    samples = []
-    for padding in (2, 0):  # left padding in row 0, then none (a later calibration batch)
-        attention_mask = torch.ones(2, 7, dtype=torch.long)
+    batches = []
+    for batch, length, padding in ((2, 7, 2), (3, 5, 0)):
+        attention_mask = torch.ones(batch, length, dtype=torch.long)
         attention_mask[0, :padding] = 0
-        samples.append({"input_ids": torch.randint(0, 64, (2, 7), generator=generator),
+        batches.append({"input_ids": torch.randint(0, 64, (batch, length), generator=generator),
                         "attention_mask": attention_mask})
-    return model, samples, [target]
+    return model, batches, [class_name.replace("ForCausalLM", "DecoderLayer")]
 
 
 CASES = {
     **{entry: (lambda entry=entry: _zoo_case(entry)) for entry in ZOO_CLASSES},
-    "load_traceable:LlamaForCausalLM": lambda: _text_case("LlamaForCausalLM", "LlamaConfig", "LlamaDecoderLayer"),
-    "load_traceable:Qwen2ForCausalLM": lambda: _text_case("Qwen2ForCausalLM", "Qwen2Config", "Qwen2DecoderLayer"),
+    **{name: (lambda name=name: _outside_zoo_case(name)) for name in OUTSIDE_ZOO},
+    "load_traceable:LlamaForCausalLM": lambda: _text_case("LlamaForCausalLM", "LlamaConfig"),
+    "load_traceable:Qwen2ForCausalLM": lambda: _text_case("Qwen2ForCausalLM", "Qwen2Config"),
+    "transformers:LlamaForCausalLM": lambda: _text_case("LlamaForCausalLM", "LlamaConfig", plain=True),
 }
 
 
-def fx_wrapped_names(model) -> list[str]:
-    """Names that the model's modeling modules declare with ``torch.fx.wrap`` (tracezoo's
-    ``_wrapped_*`` forwarders). llm-compressor's autowrapper recompiles each traced forward in a
-    *copy* of its module's globals, where ``torch.fx.wrap``'s patching never reaches; naming them in
-    ``ignore`` makes its autowrapper wrap those calls itself."""
-    import sys
-
-    from torch.fx._symbolic_trace import _wrapped_fns_to_patch
-
-    namespaces = {id(vars(sys.modules[type(module).__module__])) for module in model.modules()}
-    return sorted({name for (namespace, name) in _wrapped_fns_to_patch if namespace in namespaces})
+def _case_params():
+    return [pytest.param(case, marks=() if case in CI_CASES else pytest.mark.slow) for case in CASES]
 
 
-class LmHeadInput:
-    """Forward hook on ``lm_head``: the last input it saw (its output is meta during calibration)."""
+def target_linears(model, targets) -> list[str]:
+    layers = [name for name, module in model.named_modules() if type(module).__name__ in targets]
+    return [name for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and any(name.startswith(layer + ".") for layer in layers)]
 
-    def __init__(self, model):
-        self.head = model.get_output_embeddings()
-        self.value = None
-        self.handle = self.head.register_forward_hook(self)
 
-    def __call__(self, module, args, output):
-        self.value = args[0].detach().clone()
+def gptq(scheme: str, linears: list[str]) -> GPTQModifier:
+    """GPTQ on exactly the Linears of the sequential targets.
 
-    def logits(self) -> torch.Tensor:
-        with torch.no_grad():
-            return self.head(self.value)
+    ``W4A16`` is 4-bit symmetric integer weights in groups along the input (llm-compressor's preset
+    uses groups of 128; the tiny models' widths are smaller, so groups of 8 here); ``W8A8`` is the
+    preset (8-bit channel-wise weights, 8-bit dynamic per-token activations)."""
+    targets = ["re:" + "|".join(re.escape(name) for name in linears)]
+    if scheme == "W8A8":
+        return GPTQModifier(targets=targets, scheme="W8A8")
+    return GPTQModifier(config_groups={"w4a16_groups_of_8": {
+        "targets": targets,
+        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 8}}})
+
+
+def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True) -> None:
+    # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
+    # dataset is given (a DataLoader of ready batches needs none).
+    model.config.save_pretrained(tmp_path)
+    model.config._name_or_path = str(tmp_path)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    with tracezoo_tracing() if tracezoo else undo_tracer_patches(model):
+        oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential",
+                sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches))
+
+
+class TargetInputs:
+    """Forward pre-hooks on every sequential target: the tensors of each call, in order."""
+
+    def __init__(self, model, targets):
+        self.layers = [(name, module) for name, module in model.named_modules() if type(module).__name__ in targets]
+        self.seen: dict[str, list] = {name: [] for name, _ in self.layers}
+
+    @contextlib.contextmanager
+    def recording(self):
+        def hook(name):
+            def record(module, args, kwargs):
+                self.seen[name].append(_tensors(args, kwargs))
+            return record
+
+        handles = [module.register_forward_pre_hook(hook(name), with_kwargs=True) for name, module in self.layers]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def _tensors(args, kwargs) -> list:
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    return [leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
 
 
 @contextlib.contextmanager
 def undo_tracer_patches(model):
     """llm-compressor's ``HFTracer.patch_for_tracing`` (transformers_helpers.py) restores the torch
     functions and cache classes it patches only when tracing succeeds (no ``try/finally`` around its
-    ``yield``): after a failed trace, ``torch.arange`` & co. stay wrapped and the modeling modules'
-    ``DynamicCache`` stays ``ProxyableDynamicCache``, so every later eager forward in the process
-    raises. Put them back, so one failing case cannot fail the next."""
+    ``yield``): after a failed trace every later eager forward in the process raises. Put them back,
+    so one failing case cannot fail the next."""
     from llmcompressor.pipelines.sequential.transformers_helpers import HFTracer
 
     torch_saved = {name: getattr(torch, name) for name in HFTracer._TORCH_METHODS_TO_PATCH}
@@ -187,87 +242,158 @@ def undo_tracer_patches(model):
                     namespace[name] = value
 
 
-def run_like_sequential_pipeline(model, subgraphs, sample):
-    """``SequentialPipeline.__call__`` for one batch, without modifiers: each subgraph reads its
-    inputs from the intermediates, which get its outputs (all but the last subgraph's) and lose its
-    consumed names."""
-    intermediates = dict(sample)
-    with calibration_forward_context(model):
-        for index, subgraph in enumerate(subgraphs):
-            inputs = {name: intermediates[name] for name in subgraph.input_names}
-            outputs = subgraph.forward(model, **inputs)
-            if index < len(subgraphs) - 1:
-                intermediates.update(outputs)
-                for name in subgraph.consumed_names:
-                    intermediates.pop(name, None)
-    return outputs
-
-
-@pytest.mark.parametrize("ignore_mode", ["oneshot", "oneshot+fx_wrapped"])
-@pytest.mark.parametrize("case", list(CASES))
-def test_llmcompressor_sequential_chain_equals_eager(case, ignore_mode, request):
-    """Trace with the first sample, as the pipeline traces with the first batch, then run the chain
-    on both samples, as it runs every batch through the same subgraphs."""
-    if (case, ignore_mode) in XFAIL:
-        error, reason = XFAIL[case, ignore_mode]
-        request.applymarker(pytest.mark.xfail(raises=error, reason=reason, strict=True))
-    model, samples, targets = CASES[case]()
-    if (case, ignore_mode) not in XFAIL and _fills_mm_encoder_outputs(model):
-        request.applymarker(pytest.mark.xfail(raises=AssertionError, reason=_DROPPED_IMAGE, strict=True))
-    hook = LmHeadInput(model)
-    try:
-        ignore = ONESHOT_IGNORE + (fx_wrapped_names(model) if ignore_mode == "oneshot+fx_wrapped" else [])
-        with undo_tracer_patches(model):
-            subgraphs = trace_subgraphs(model, samples[0], targets, ignore)
-        num_targets = sum(1 for module in model.modules() if type(module).__name__ in targets)
-        assert len(subgraphs) == num_targets + 1, f"{len(subgraphs)} subgraphs for {num_targets} targets"
-        for sample in samples:
-            with torch.no_grad():
-                plain = model(**sample).logits
-            hook.value = None
-            with calibration_forward_context(model):
-                model(**sample)
-            eager = hook.logits()
-
-            hook.value = None
-            run_like_sequential_pipeline(model, subgraphs, sample)
-            assert hook.value is not None, "the chain never called lm_head"
-            chain = hook.logits()
-            torch.testing.assert_close(chain, eager, rtol=0, atol=0)
-            # Left-padded positions attend to nothing: eager attention and sdpa fill those rows
-            # differently, and no loss or calibration statistic reads them.
-            real = sample["attention_mask"].bool()
-            torch.testing.assert_close(chain[real], plain[real])
-    finally:
-        hook.handle.remove()
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_llmcompressor_oneshot_gptq_runs(case, tmp_path):
-    """End to end: ``oneshot`` with GPTQ (W8A8 on the decoder's Linears) and the sequential pipeline,
-    calibrating on the case's samples. It must finish and quantize every targeted Linear. The ignore
-    list is ``oneshot``'s default plus the fx-wrapped names (the Qwen VL workaround above)."""
-    from llmcompressor import oneshot
-    from llmcompressor.modifiers.quantization import GPTQModifier
-
-    model, samples, targets = CASES[case]()
-    if _fills_mm_encoder_outputs(model):
-        pytest.skip("transformers > 5.17: llm-compressor drops the image (see the chain test); outside its range")
-    # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
-    # dataset is given (a DataLoader of ready batches needs none).
-    model.config.save_pretrained(tmp_path)
-    model.config._name_or_path = str(tmp_path)
-    loader = torch.utils.data.DataLoader(samples, batch_size=None)
-    skip = ["lm_head", "re:.*visual.*", "re:.*vision.*", "re:.*projector.*"]
+@pytest.mark.parametrize("scheme", ["W4A16", "W8A8"])
+@pytest.mark.parametrize("case", _case_params())
+def test_oneshot_gptq_through_tracezoo(case, scheme, tmp_path):
+    model, batches, targets = CASES[case]()
+    linears = target_linears(model, targets)
+    assert linears, f"no Linear inside {targets}"
+    original = copy.deepcopy(model)
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
-    oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential", sequential_targets=targets,
-            recipe=GPTQModifier(targets="Linear", scheme="W8A8", ignore=skip),
-            tracing_ignore=ONESHOT_IGNORE + fx_wrapped_names(model), num_calibration_samples=len(samples))
-    layers = [name for name, module in model.named_modules() if type(module).__name__ in targets]
-    quantized = [name for name, module in model.named_modules()
-                 if isinstance(module, torch.nn.Linear) and any(name.startswith(layer + ".") for layer in layers)]
-    assert quantized
-    for name in quantized:
+
+    inputs = TargetInputs(model, targets)
+    with inputs.recording():
+        run_oneshot(model, batches, targets, gptq(scheme, linears), tmp_path / "tracezoo")
+
+    # every targeted Linear is quantized, and GPTQ changed it
+    for name in linears:
         module = model.get_submodule(name)
         assert hasattr(module, "weight_scale"), f"{name} was not quantized"
         assert not torch.equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
+
+    # what each target was calibrated on = eager on the quantized model (layers 0..i-1 quantized)
+    # The pipeline calls each target on every batch to calibrate it, then again to propagate.
+    for name, seen in inputs.seen.items():
+        assert len(seen) == 2 * len(batches), f"{name}: {len(seen)} calls for {len(batches)} batches"
+    reference = TargetInputs(model, targets)
+    # use_cache=False as in the graph: some text models (Idefics3's) read it from a sub-config that
+    # calibration_forward_context leaves on, and would hand their layers a cache they never read
+    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    with reference.recording(), calibration_forward_context(model), DisableQuantization(model):
+        for batch in batches:
+            model(**batch, **no_cache)
+    for name, seen in inputs.seen.items():
+        calibrated = seen[:len(batches)]
+        for index, (chain, eager) in enumerate(zip(calibrated, reference.seen[name], strict=True)):
+            assert len(chain) == len(eager), f"{name}, batch {index}: {len(chain)} inputs, eager {len(eager)}"
+            for position, (got, want) in enumerate(zip(chain, eager)):
+                if isinstance(want, torch.Tensor):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0,
+                                               msg=lambda m: f"{name}, batch {index}, input {position}: {m}")
+                else:
+                    assert got == want, (name, index, position)
+
+    # llm-compressor's own tracer on the same model and batches: bit-identical weights
+    how = LLMC_TRACER.get(case, ("works", ""))[0]
+    if how == "fails":
+        with pytest.raises(RuntimeError, match="symbolically traced variables cannot be used as inputs to control flow"):
+            run_oneshot(original, batches, targets, gptq(scheme, linears), tmp_path / "llmc", tracezoo=False)
+        return
+    theirs = TargetInputs(original, targets)
+    with theirs.recording():
+        run_oneshot(original, batches, targets, gptq(scheme, linears), tmp_path / "llmc", tracezoo=False)
+    if how == "wrong":
+        assert not all(_same(theirs.seen[name][:len(batches)], inputs.seen[name][:len(batches)])
+                       for name in inputs.seen), "llm-compressor calibrated on eager's inputs: not wrong any more"
+        return
+    weights = original.state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+def _same(calls: list, others: list) -> bool:
+    for call, other in zip(calls, others, strict=True):
+        for a, b in zip(call, other, strict=True):
+            if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+                return False
+            if isinstance(a, torch.Tensor) and (a.shape != b.shape or not torch.equal(a, b)):
+                return False
+    return True
+
+
+def _unchanged(model, before) -> None:
+    """Every parameter the model had before ``oneshot`` is as it was (the quantization config adds
+    scale parameters at initialisation, before calibration: those are new, not changed)."""
+    now = dict(model.named_parameters())
+    for name, value in before.items():
+        assert torch.equal(now[name], value), f"{name} changed"
+
+
+def _refused(model, batches, targets, tmp_path, error, names):
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    with pytest.raises(error) as caught:
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path)
+    for name in names:
+        assert repr(name) in str(caught.value), caught.value
+    assert "calibration batch 1" in str(caught.value), caught.value
+    _unchanged(model, before)
+
+
+def test_mismatched_padded_mask_is_refused_before_weights_change(tmp_path):
+    """Traced on a batch without attention_mask (the first batch), a later padded batch would run
+    unmasked (logits off by 0.11 on Llama): refused, naming the input, nothing quantized."""
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    first = {"input_ids": batches[0]["input_ids"]}
+    _refused(model, [first, batches[0]], targets, tmp_path, InputMismatchError, ["attention_mask"])
+
+
+def test_mismatched_image_on_text_graph_is_refused_before_weights_change(tmp_path):
+    """Traced text-only, a batch with an image would run without it (0.65 on LLaVA): refused."""
+    model, batches, targets = _zoo_case("llava")
+    text = {key: batches[0][key] for key in ("input_ids", "attention_mask")}
+    text["input_ids"] = torch.where(text["input_ids"] == model.config.image_token_id, 1, text["input_ids"])
+    _refused(model, [text, batches[0]], targets, tmp_path, InputMismatchError, ["pixel_values"])
+
+
+def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
+    """A batch of another image layout, without the patch mask the graph was traced with: refused."""
+    model, batches, targets = _outside_zoo_case("Idefics3ForConditionalGeneration")
+    assert "pixel_attention_mask" in batches[0]
+    other = {key: value for key, value in batches[1].items() if key != "pixel_attention_mask"}
+    _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
+
+
+def test_guide_example_runs(tmp_path, monkeypatch):
+    """GUIDE.md's example of the integration, as written (the main environment's doc test skips it)."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    example = next(block for block in blocks if "tracezoo_tracing()" in block)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "GUIDE.md (llm-compressor example)", "exec"), {"__name__": "guide_example"})
+
+
+#: Two cases for the smoothing modifiers, with the text model's module-name prefix their mappings use.
+SMOOTHED = {"load_traceable:LlamaForCausalLM": "", "llava": r"language_model\..*"}
+
+
+@pytest.mark.parametrize("case", list(SMOOTHED))
+def test_smoothquant_then_gptq_equals_llmcompressors_own_run(case, tmp_path):
+    """SmoothQuant (activation statistics per layer, then rescaled norms and Linears) followed by GPTQ
+    W8A8: the sequential pipeline calibrates both on the chain; bit-identical to llm-compressor's own."""
+    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
+
+    model, batches, targets = CASES[case]()
+    original = copy.deepcopy(model)
+    linears = target_linears(model, targets)
+    prefix = "re:.*" + SMOOTHED[case]
+
+    def recipe():
+        mappings = [[[f"{prefix}self_attn.{name}_proj" for name in "qkv"], f"{prefix}input_layernorm"],
+                    [[f"{prefix}mlp.{name}_proj" for name in ("gate", "up")], f"{prefix}post_attention_layernorm"]]
+        return [SmoothQuantModifier(smoothing_strength=0.8, mappings=mappings), gptq("W8A8", linears)]
+
+    norms = {name: module.weight.detach().clone() for name, module in model.named_modules()
+             if name.endswith("input_layernorm") and name.rpartition(".input_layernorm")[0] in
+             {layer for layer, m in model.named_modules() if type(m).__name__ in targets}}
+    assert norms
+    run_oneshot(model, batches, targets, recipe(), tmp_path / "tracezoo")
+    for name, before in norms.items():
+        assert not torch.equal(model.get_submodule(name).weight, before), f"{name}: SmoothQuant left it as it was"
+    for name in linears:
+        assert hasattr(model.get_submodule(name), "weight_scale"), f"{name} was not quantized"
+    run_oneshot(original, batches, targets, recipe(), tmp_path / "llmc", tracezoo=False)
+    weights = original.state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=lambda m: f"{key}: {m}")

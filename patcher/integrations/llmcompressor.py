@@ -1,0 +1,225 @@
+"""llm-compressor's sequential pipeline on tracezoo's tracer.
+
+``oneshot(..., pipeline="sequential")`` traces the model with llm-compressor's own tracer and
+runs the subgraphs in its ``SequentialPipeline``. Inside :func:`tracezoo_tracing`, the pipeline
+takes its subgraphs from :func:`patcher.trace_subgraphs` instead, and every calibration batch is
+checked against what the graph was traced with before anything is calibrated:
+
+    >>> from patcher.integrations.llmcompressor import tracezoo_tracing
+    >>> with tracezoo_tracing():                                        # doctest: +SKIP
+    ...     oneshot(model=model, dataset=batches, recipe=recipe, pipeline="sequential",
+    ...             sequential_targets=["LlamaDecoderLayer"])
+
+Nothing else changes for the user: ``oneshot``'s arguments mean what they meant
+(``sequential_targets``, ``sequential_targets_per_subgraph``; ``tracing_ignore`` left at its
+default means tracezoo's :data:`~patcher.DEFAULT_IGNORE`, and entries a user adds to it are added
+to tracezoo's). Any class tracezoo traces works: the zoo's, ``load_traceable(...)``'s, and the
+transformers classes that trace as they are.
+
+Why the batches are checked: the pipeline hands each subgraph only the names in its
+``input_names``. A batch with an input the graph was not traced with (a padded
+``attention_mask`` on a graph traced without one, ``pixel_values`` on a graph traced on text)
+would lose it without a word, and calibrate on the logits of another input. Here such a batch
+raises :class:`~patcher.InputMismatchError` (or :class:`~patcher.MissingInputError` for an input
+it lacks) naming the input, while the pipeline caches the batches: before any weight changes.
+
+Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are internals of its
+``llmcompressor.pipelines.sequential.pipeline`` module, checked on entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+from torch import nn
+
+from ..partition import Subgraph, trace_subgraphs
+from ..registry.ignore import DEFAULT_IGNORE
+from ..trace.runtime import TraceRecord
+
+#: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
+PIPELINE_MODULE = "llmcompressor.pipelines.sequential.pipeline"
+#: Batch keys the pipeline itself reads from its cache and never passes to the model.
+PIPELINE_KEYS = frozenset({"loss_mask"})
+#: The llm-compressor release the integration is tested with.
+TESTED_VERSION = "0.14.0.1"
+
+
+class IntegrationError(RuntimeError):
+    """llm-compressor is missing or does not have what the integration replaces."""
+
+
+def _pipeline_module():
+    try:
+        module = importlib.import_module(PIPELINE_MODULE)
+    except ImportError as exc:
+        raise IntegrationError(
+            f"tracezoo_tracing needs llm-compressor ({exc}); install it (tested: llmcompressor=={TESTED_VERSION}, "
+            "see GUIDE.md, 'Using tracezoo in llm-compressor')") from exc
+    missing = [name for name in ("trace_subgraphs", "IntermediatesCache") if not hasattr(module, name)]
+    if missing:
+        raise IntegrationError(
+            f"{PIPELINE_MODULE} has no {', '.join(missing)}: this llm-compressor release runs its sequential "
+            f"pipeline differently from the one tracezoo_tracing was written for (llmcompressor=={TESTED_VERSION})")
+    return module
+
+
+def tracezoo_ignore(tracing_ignore: Iterable[str] | None) -> list[str]:
+    """tracezoo's ignore list for ``oneshot``'s ``tracing_ignore``: its default (llm-compressor's
+    own mask-builder names, which tracezoo's tracer keeps opaque anyway) means
+    :data:`~patcher.DEFAULT_IGNORE`; entries added to it are added to tracezoo's."""
+    from llmcompressor.args.dataset_arguments import DatasetArguments
+
+    theirs = set(DatasetArguments().tracing_ignore)
+    added = [entry for entry in (tracing_ignore or ()) if entry not in theirs and entry not in DEFAULT_IGNORE]
+    return [*DEFAULT_IGNORE, *added]
+
+
+def _pipeline_subgraph_class():
+    from llmcompressor.pipelines.sequential.helpers import Subgraph as PipelineSubgraph
+
+    @dataclasses.dataclass
+    class TracezooSubgraph(PipelineSubgraph):
+        """llm-compressor's ``Subgraph`` (``graph``, ``input_names``, ``consumed_names``,
+        ``submodules``) running tracezoo's: its ``forward`` checks every run against the trace."""
+
+        tracezoo: Subgraph | None = None
+
+        def forward(self, *args, **kwargs) -> dict[str, Any]:
+            return self.tracezoo.forward(*args, **kwargs)
+
+    return TracezooSubgraph
+
+
+def to_pipeline_subgraphs(subgraphs: list[Subgraph]) -> list:
+    """tracezoo's subgraphs as llm-compressor's ``Subgraph`` objects, in order."""
+    cls = _pipeline_subgraph_class()
+    return [cls(graph=subgraph.graph, input_names=set(subgraph.input_names),
+                consumed_names=set(subgraph.consumed_names), tracezoo=subgraph) for subgraph in subgraphs]
+
+
+def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:
+    """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
+    a constant of the trace another value (see :class:`~patcher.trace.runtime.TraceRecord`)."""
+    record.check_model_inputs({name: value for name, value in batch.items() if name not in PIPELINE_KEYS}, where)
+
+
+class _CheckedBatches:
+    """A dataloader whose batches are checked as the pipeline caches them."""
+
+    def __init__(self, dataloader, record: TraceRecord):
+        self._dataloader = dataloader
+        self._record = record
+
+    def __len__(self) -> int:
+        return len(self._dataloader)
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        for index, batch in enumerate(self._dataloader):
+            check_batch(self._record, batch, f"calibration batch {index}")
+            yield batch
+
+
+class _Session:
+    """What one ``tracezoo_tracing`` block patches into the pipeline, and the last trace's record."""
+
+    def __init__(self, module, unused_inputs: Iterable[str]):
+        self.module = module
+        self.unused_inputs = tuple([unused_inputs] if isinstance(unused_inputs, str) else unused_inputs)
+        self.record: TraceRecord | None = None
+
+    def trace_subgraphs(self, model: nn.Module, sample_input: Mapping[str, Any], sequential_targets,
+                        ignore: Iterable[str] | None, targets_per_subgraph: int = 1) -> list:
+        """The pipeline's ``trace_subgraphs(model, sample_input, sequential_targets, ignore,
+        targets_per_subgraph)``, on tracezoo's tracer; traced in the context the pipeline runs
+        the subgraphs in (eager attention, no cache, eval mode), like llm-compressor's own."""
+        from compressed_tensors.offload import disable_onloading
+        from llmcompressor.modifiers.utils.hooks import HooksMixin
+        from llmcompressor.utils.helpers import calibration_forward_context
+
+        with calibration_forward_context(model), HooksMixin.disable_hooks(), disable_onloading():
+            subgraphs = trace_subgraphs(model, _on_device(sample_input, model), sequential_targets,
+                                        tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
+        self.record = subgraphs[0].record
+        return to_pipeline_subgraphs(subgraphs)
+
+    def cache_class(self):
+        session = self
+
+        class CheckedIntermediatesCache(self.module.IntermediatesCache):
+            """The pipeline's cache, checking batches as it takes them and keeping the type of
+            the containers it stores."""
+
+            @classmethod
+            def from_dataloader(cls, dataloader, *args, **kwargs):
+                if session.record is not None:
+                    dataloader = _CheckedBatches(dataloader, session.record)
+                return super().from_dataloader(dataloader, *args, **kwargs)
+
+            # The cache rebuilds every dict as a plain dict and every tuple as a plain tuple. A
+            # value handed from one subgraph to the next may be a ModelOutput (a dict subclass:
+            # Qwen3-VL's image features, read as `.deepstack_features` by the next subgraph) or a
+            # named tuple, whose attribute access would fail after the cache.
+            @classmethod
+            def _offload_value(cls, value, *args, **kwargs):
+                kind = type(value)
+                if (isinstance(value, dict) and kind is not dict) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+                    plain = dict(value) if isinstance(value, dict) else tuple(value)
+                    offloaded = super()._offload_value(plain, *args, **kwargs)
+                    offloaded.value = _Typed(kind, offloaded.value)
+                    return offloaded
+                return super()._offload_value(value, *args, **kwargs)
+
+            @classmethod
+            def _onload_value(cls, intermediate):
+                if isinstance(intermediate.value, _Typed):
+                    typed = intermediate.value
+                    plain = super()._onload_value(dataclasses.replace(intermediate, value=typed.value))
+                    return typed.kind(**plain) if isinstance(plain, dict) else typed.kind(*plain)
+                return super()._onload_value(intermediate)
+
+        return CheckedIntermediatesCache
+
+
+class _Typed:
+    """A cached container's items, with the container type to rebuild on the way out."""
+
+    __slots__ = ("kind", "value")
+
+    def __init__(self, kind: type, value: Any):
+        self.kind = kind
+        self.value = value
+
+
+def _on_device(sample: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
+    """The sample's tensors on the device the pipeline runs the model on (not meta)."""
+    from llmcompressor.utils.dev import get_main_device
+
+    device = get_main_device()
+    return {name: value.to(device) if isinstance(value, torch.Tensor) and value.device != device else value
+            for name, value in sample.items()}
+
+
+@contextlib.contextmanager
+def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
+    """Make ``oneshot``'s sequential pipeline trace with tracezoo, inside the ``with`` block.
+
+    ``unused_inputs`` names calibration inputs the eager model does not read either (see
+    :func:`patcher.trace_subgraphs`); any other input that would not reach the graph's output is
+    an error, never a silent drop. Raises :class:`IntegrationError` when llm-compressor is missing
+    or lacks what this replaces. Not re-entrant across threads: it patches the pipeline module.
+    """
+    module = _pipeline_module()
+    session = _Session(module, unused_inputs)
+    saved = {name: getattr(module, name) for name in ("trace_subgraphs", "IntermediatesCache")}
+    module.trace_subgraphs = session.trace_subgraphs
+    module.IntermediatesCache = session.cache_class()
+    try:
+        yield session
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
