@@ -93,6 +93,28 @@ def test_check_calls_a_py_without_its_manifest_or_with_another_runs_manifest_sta
     assert not patch_file(tmp_path / "b" / "modeling_tiny.py", out, check=True).manifest["up_to_date"]
 
 
+def test_a_pair_torn_between_its_two_renames_is_rewritten_by_the_same_command_without_force(tmp_path, monkeypatch):
+    """A kill between the two renames leaves the new .py with the old manifest (the .py is renamed
+    first): their hashes differ, yet the .py is no edit of the user's, so the same command rewrites it."""
+    out = tmp_path / "out"
+    patch_file(_source(tmp_path / "a", 0), out)
+    replace, renamed = os.replace, []
+
+    def killed_after_the_first_rename(source, target):
+        if renamed:
+            raise KeyboardInterrupt
+        renamed.append(target)
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", killed_after_the_first_rename)
+    with pytest.raises(KeyboardInterrupt):
+        patch_file(_source(tmp_path / "b", 1), out)
+    monkeypatch.undo()
+    assert not _consistent(out)
+    patch_file(tmp_path / "b" / "modeling_tiny.py", out)
+    assert _consistent(out) and _temporaries(out) == []
+
+
 def test_crlf_source_keeps_its_untouched_lines_byte_identical(tmp_path):
     src = tmp_path / "modeling_tiny.py"
     src.write_bytes(MODEL.replace("\n", "\r\n").encode())
