@@ -89,7 +89,8 @@ Trace-guided repair: patch MODEL_CLASS's modeling file, trace it with a sample b
 MODEL_ID's config (meta device), map each failure back to the original source line, rewrite that
 statement, and repeat until the model traces or no rule fits. Then report every remaining
 blocker with file:line, code, kind and the GUIDE.md section. With -o, write the repaired module
-and its manifest to DIR (never overwriting a file the patcher did not generate).
+and its manifest to DIR (never overwriting a file the patcher did not generate, or one edited
+after it wrote it, unless --force).
 
 examples:
   patcher repair Qwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal -o traceable/
@@ -115,7 +116,8 @@ def _add_repair_parser(subparsers) -> None:
     add_model_arguments(parser)
     parser.add_argument("-o", "--output", metavar="DIR", help="write the repaired module and manifest here")
     parser.add_argument("--force", action="store_true",
-                        help="with -o: overwrite an output file that the patcher did not generate")
+                        help="with -o: overwrite an output file that the patcher did not generate, "
+                        "or that was edited after it wrote it")
     parser.set_defaults(handler=_run_repair)
 
 

@@ -6,6 +6,8 @@
   first, then all are renamed, under an exclusive lock on the folder, so parallel writers never
   interleave. (Two renames are not one atomic step: a kill between them is caught by the
   content hash that a manifest records, see ``patcher.rewrite.api``.)
+* :func:`write_atomic_with` does the same for a file another program writes (graphviz's
+  ``dot -o`` for ``patcher graph``): it writes the temporary file, which is then renamed.
 * :func:`stale_files` says which generated files on disk differ from what would be generated
   now: the one freshness check of ``patcher patch --check`` and ``scripts/check_zoo``.
 * Temporary files are named ``.<name>.<pid>.<random>.tmp``; a temporary file whose process is
@@ -20,7 +22,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 try:
     import fcntl
@@ -82,7 +84,9 @@ def folder_lock(folder: Path):
         os.close(fd)
 
 
-def _write_temporary(path: Path, text: str) -> str:
+def _new_temporary(path: Path) -> tuple[int, str]:
+    """An empty temporary file next to ``path``, with the mode ``path`` has (or would get): its
+    descriptor and name."""
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         try:
@@ -90,6 +94,25 @@ def _write_temporary(path: Path, text: str) -> str:
         except OSError:
             mode = 0o666 & ~_umask()
         os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return fd, temporary
+
+
+def _pause_before_renames() -> None:
+    pause = os.environ.get(_PAUSE_ENV)
+    if pause:
+        import time
+
+        time.sleep(float(pause))
+
+
+def _write_temporary(path: Path, text: str) -> str:
+    fd, temporary = _new_temporary(path)
+    try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()
@@ -118,11 +141,7 @@ def write_pair_atomic(files: Iterable[tuple[str | os.PathLike, str]]) -> None:
         try:
             for path, text in files:
                 temporaries.append(_write_temporary(path, text))
-            pause = os.environ.get(_PAUSE_ENV)
-            if pause:
-                import time
-
-                time.sleep(float(pause))
+            _pause_before_renames()
             for (path, _), temporary in zip(files, temporaries):
                 os.replace(temporary, path)
         except BaseException:
@@ -135,6 +154,37 @@ def write_pair_atomic(files: Iterable[tuple[str | os.PathLike, str]]) -> None:
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
     write_pair_atomic([(path, text)])
+
+
+def write_atomic_with(path: str | os.PathLike, fill: Callable[[Path], None]) -> None:
+    """Write ``path`` through a temporary file that ``fill(temporary)`` writes (e.g. by running a
+    program with ``-o temporary``), then ``os.replace`` it over ``path``.
+
+    The temporary file is in ``path``'s folder, empty and with ``path``'s mode when ``fill`` is
+    called; it is removed if ``fill`` raises (or is interrupted), and ``path`` is left as it was.
+    ``fill`` runs without the folder lock (a program may take minutes); the rename takes it.
+    """
+    path = Path(path)
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder):
+        clean_stale_temporaries(folder)
+        fd, temporary = _new_temporary(path)
+    try:
+        os.close(fd)
+        fill(Path(temporary))
+        fd = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _pause_before_renames()
+        with folder_lock(folder):
+            os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 # -- freshness: is what is on disk what would be generated now? ---------------------------------

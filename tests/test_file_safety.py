@@ -1,10 +1,13 @@
-"""The output folder of ``patcher patch`` (and the ``load_traceable`` cache) is never damaged.
+"""The output folder of ``patcher patch`` (and the ``load_traceable`` cache, and the picture of
+``patcher graph``) is never damaged.
 
 File modes follow the umask; parallel writers leave one whole pair; a writer killed (SIGKILL)
 between writing its temporary files and renaming them leaves the old pair untouched, and its
 ``.tmp`` files are removed by the next run; SIGINT is a message and exit 130, no traceback.
 The kill is timed with the test hook ``TRACEZOO_TEST_PAUSE_BETWEEN_RENAMES`` (see
-``patcher/files.py``): the writer waits there, with its temporary files complete.
+``patcher/files.py``): the writer waits there, with its temporary files complete. ``patcher
+graph`` is also killed while graphviz writes: a stand-in ``dot`` (``$TRACEZOO_DOT``) writes part
+of a picture to the file it is given and waits.
 """
 
 from __future__ import annotations
@@ -91,6 +94,28 @@ def test_check_calls_a_py_without_its_manifest_or_with_another_runs_manifest_sta
     assert not patch_file(tmp_path / "b" / "modeling_tiny.py", out, check=True).manifest["up_to_date"]
     (out / PAIR[1]).unlink()
     assert not patch_file(tmp_path / "b" / "modeling_tiny.py", out, check=True).manifest["up_to_date"]
+
+
+def test_a_pair_torn_between_its_two_renames_is_rewritten_by_the_same_command_without_force(tmp_path, monkeypatch):
+    """A kill between the two renames leaves the new .py with the old manifest (the .py is renamed
+    first): their hashes differ, yet the .py is no edit of the user's, so the same command rewrites it."""
+    out = tmp_path / "out"
+    patch_file(_source(tmp_path / "a", 0), out)
+    replace, renamed = os.replace, []
+
+    def killed_after_the_first_rename(source, target):
+        if renamed:
+            raise KeyboardInterrupt
+        renamed.append(target)
+        replace(source, target)
+
+    monkeypatch.setattr(os, "replace", killed_after_the_first_rename)
+    with pytest.raises(KeyboardInterrupt):
+        patch_file(_source(tmp_path / "b", 1), out)
+    monkeypatch.undo()
+    assert not _consistent(out)
+    patch_file(tmp_path / "b" / "modeling_tiny.py", out)
+    assert _consistent(out) and _temporaries(out) == []
 
 
 def test_crlf_source_keeps_its_untouched_lines_byte_identical(tmp_path):
@@ -193,3 +218,76 @@ def test_deeply_nested_source_is_an_error_message_not_a_crash(tmp_path):
     assert run.returncode == 2, run.stderr
     assert "modeling_deep.py:" in run.stderr and "nest" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---- patcher graph: the picture is written to a temporary file and renamed over -o FILE
+
+LLAMA = {"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+         "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+#: a graphviz stand-in that writes part of a picture to its -o file (its last argument), then hangs
+STUCK_DOT = '#!/bin/sh\nfor last; do :; done\nprintf "<svg partial" > "$last"\n: > "$READY"\nexec sleep 60\n'
+
+
+def _graph(tmp: Path, picture: Path, **env) -> subprocess.Popen:
+    """``patcher graph`` of a one-layer Llama into ``picture`` (--force), in its own process group."""
+    config = tmp / "config.json"
+    config.write_text(json.dumps(LLAMA))
+    return subprocess.Popen([sys.executable, "-m", "patcher", "graph", "LlamaForCausalLM", str(config), "-o",
+                             str(picture), "--force"], env=_env(**env), cwd=tmp, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _graph_stuck_in_dot(tmp: Path, picture: Path) -> subprocess.Popen:
+    """``_graph`` with graphviz stuck halfway through writing; returns once it is."""
+    dot, ready = tmp / "stuck-dot", tmp / "dot-is-writing"
+    dot.write_text(STUCK_DOT)
+    dot.chmod(0o755)
+    process = _graph(tmp, picture, TRACEZOO_DOT=str(dot), READY=str(ready))
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "graphviz was never started"
+        time.sleep(0.05)
+    return process
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> str:
+    """Send ``sig`` to the command and its graphviz (as Ctrl-C does); its stderr once it ended."""
+    try:
+        os.killpg(process.pid, sig)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+    return err
+
+
+@pytest.mark.parametrize("suffix", ["svg", "dot"])
+def test_graph_killed_mid_write_keeps_the_old_picture_and_the_next_run_removes_its_temporary(tmp_path, suffix):
+    pictures = tmp_path / "pictures"
+    pictures.mkdir()
+    picture = pictures / f"g.{suffix}"
+    picture.write_text("old picture\n")
+    if suffix == "svg":  # killed while graphviz writes
+        process = _graph_stuck_in_dot(tmp_path, picture)
+    else:  # killed with the DOT text written, before the rename
+        process = _graph(tmp_path, picture, TRACEZOO_TEST_PAUSE_BETWEEN_RENAMES="60")
+        _wait_for_temporaries(pictures, process, 1, limit=300)
+    _signal_group(process, signal.SIGKILL)
+    assert picture.read_text() == "old picture\n"
+    assert len(_temporaries(pictures)) == 1  # left by the killed run
+    rerun = _graph(tmp_path, picture)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out + err
+    assert ("</svg>" if suffix == "svg" else "digraph partition") in picture.read_text()
+    assert _temporaries(pictures) == []
+
+
+def test_graph_sigint_while_graphviz_writes_is_exit_130_and_leaves_no_file(tmp_path):
+    picture = tmp_path / "pictures" / "new.svg"
+    picture.parent.mkdir()
+    process = _graph_stuck_in_dot(tmp_path, picture)
+    err = _signal_group(process, signal.SIGINT)
+    assert process.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert list(picture.parent.iterdir()) == []  # neither a half-written picture nor a temporary

@@ -75,7 +75,9 @@ def render_partition(subgraphs: Sequence[Subgraph], traced: TracedGraph | None =
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     if fmt in TEXT_FORMATS:
-        path.write_text(text, encoding="utf-8")
+        from ..files import write_atomic
+
+        write_atomic(path, text)
         return path
     run_dot(text, path, fmt, dot=dot, options=[f"-Gdpi={dpi:g}"] if dpi else ())
     return path
@@ -89,18 +91,28 @@ def find_dot(dot: str | None = None) -> str | None:
 
 def run_dot(text: str, path: Path, fmt: str, dot: str | None = None, options: Sequence[str] = (),
             timeout: float = 300) -> None:
-    """Run graphviz on DOT ``text``, writing ``path`` in format ``fmt`` (svg, png, pdf)."""
+    """Run graphviz on DOT ``text``, writing ``path`` in format ``fmt`` (svg, png, pdf).
+
+    Graphviz writes a temporary file next to ``path``, renamed over it once complete: a failed,
+    interrupted or killed run leaves ``path`` as it was (see ``patcher.files.write_atomic_with``).
+    """
+    from ..files import write_atomic_with
+
     program = find_dot(dot)
     if program is None:
         raise GraphvizNotFoundError(
             f"cannot write {str(path)!r}: Graphviz's `dot` program is not installed (not found on PATH); "
             + INSTALL_HINT
         )
-    result = subprocess.run([program, f"-T{fmt}", *options, "-o", str(path)], input=text.encode("utf-8"),
-                            capture_output=True, timeout=timeout)
-    if result.returncode != 0:
-        raise RuntimeError(f"graphviz `dot -T{fmt}` failed (exit {result.returncode}): "
-                           f"{result.stderr.decode('utf-8', 'replace').strip()}")
+
+    def draw(temporary: Path) -> None:
+        result = subprocess.run([program, f"-T{fmt}", *options, "-o", str(temporary)], input=text.encode("utf-8"),
+                                capture_output=True, timeout=timeout)
+        if result.returncode != 0:
+            raise RuntimeError(f"graphviz `dot -T{fmt}` failed (exit {result.returncode}) writing {str(path)!r}: "
+                               f"{result.stderr.decode('utf-8', 'replace').strip()}")
+
+    write_atomic_with(path, draw)
 
 
 __all__ = [

@@ -30,8 +30,9 @@ argument it is passed as). Model inputs are at the top, outputs at the bottom.
 
 The format comes from the file name: .svg, .png and .pdf run Graphviz's `dot` program
 (apt-get install graphviz), .dot writes the DOT text. Targets and ignore entries work as in
-`patcher trace`.
-Exit status: 0 written, 1 failed to trace, 2 bad arguments or Graphviz missing.
+`patcher trace`. FILE is written whole or not at all: the picture goes to a temporary file next
+to it, renamed over FILE once complete, so an interrupted or failed run leaves FILE as it was.
+Exit status: 0 written, 1 failed to trace, 2 bad arguments or Graphviz missing, 130 interrupted.
 """
 
 

@@ -325,13 +325,14 @@ def patch_file(
 
     `module_or_path`: a module name (``transformers.models.llava.modeling_llava``) or a path.
     Both files are written atomically (temp file + ``os.replace``). An existing output without
-    the generated header is not overwritten unless `force`. With `check`, nothing is written:
+    the generated header, or edited since it was written (its hash differs from the one its
+    manifest records), is not overwritten unless `force`. With `check`, nothing is written:
     ``result.output_path`` says where it would go, and ``result.manifest["up_to_date"]`` whether
     both files there already equal what would be written (``result.stale``: those that do not).
     `provenance`: header lines naming what made the file (see `patch_source`); without it, an
     existing generated output keeps its own. Raises `PatchError` (nothing written) for a
     missing file, a syntax error, a module without nn.Module/PreTrainedModel classes, or an
-    output that is not ours.
+    output that is not ours (or no longer is: edited by hand).
 
     >>> r = patch_file("transformers.models.llava.modeling_llava", "/tmp/tz-doctest")  # doctest: +SKIP
     >>> r.output_path.name, sorted({w.code for w in r.rewrites})  # doctest: +SKIP
@@ -377,8 +378,14 @@ def patch_file(
     if manifest_text is not None and not _is_our_manifest(manifest_text) and not force:
         raise PatchError("manifest file exists and was not written by the patcher; move it away, choose another "
                          "-o folder, or overwrite it with --force (force=True)", path=str(manifest_path), line=1)
+    if not force and _edited_since_written(existing, manifest_text, generated[out]):
+        raise PatchError(f"edited after tracezoo wrote it (its hash differs from the one {manifest_path.name} "
+                         "records); overwrite it with --force (force=True), or move your edits away first",
+                         path=str(out), line=0)
     try:
-        write_pair_atomic([(manifest_path, generated[manifest_path]), (out, generated[out])])
+        # the .py first: a kill between the two renames leaves the new .py with the old manifest,
+        # which the same command then rewrites (its .py is what it generates: no edit to keep)
+        write_pair_atomic([(out, generated[out]), (manifest_path, generated[manifest_path])])
     except OSError as exc:
         raise PatchError(f"cannot write the output ({exc.strerror or exc}): check the folder's permissions and "
                          "free space, or choose another -o folder; nothing was written",
@@ -409,6 +416,16 @@ def _read_existing(path: Path) -> str | None:
     except OSError as exc:
         raise PatchError(f"cannot read the existing output ({exc.strerror or exc}); check its permissions",
                          path=str(path), line=0) from None
+
+
+def _edited_since_written(existing: str | None, manifest_text: str | None, generated: str) -> bool:
+    """Whether the generated file on disk was changed after it was written: its hash differs from
+    the one its manifest records (None, no manifest or one without a hash: unknown, so not edited),
+    and it is not the text about to be written (then overwriting it loses nothing)."""
+    if existing is None or manifest_text is None or existing == generated:
+        return False
+    recorded = (_manifest_json(manifest_text) or {}).get("code_sha256")
+    return isinstance(recorded, str) and recorded != _sha256(existing)
 
 
 def _manifest_json(text: str):

@@ -40,7 +40,8 @@ examples:
   patcher patch transformers.models.gemma3.modeling_gemma3 -o zoo/gemma3 --targets Gemma3DecoderLayer --check
 
 exit status: 0 ok, 1 --check found a stale file, 2 bad input (nothing written).
-An existing output file is only overwritten when it carries the generated header (or --force).
+An existing output file is only overwritten when it carries the generated header and is
+unchanged since it was written (its hash is the one its manifest records), or with --force.
 """
 
 
@@ -67,7 +68,9 @@ def add_patch_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--diff", action="store_true", help="print a unified diff against the original")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 and print the diff if the file on disk is not what would be generated")
-    parser.add_argument("--force", action="store_true", help="overwrite an output file that the patcher did not generate")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite an output file that the patcher did not generate, or that was edited after "
+                        "it wrote it")
     parser.set_defaults(handler=run_patch)
     return parser
 
