@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import fx
@@ -162,12 +162,16 @@ def check_inputs_reach_output(
     *,
     model_name: str,
     unused_inputs: Iterable[str] = (),
+    eager_ignores: Callable[[str], bool | None] | None = None,
 ) -> None:
     """Raise :class:`DroppedInputError` when a tensor of ``sample`` or a wrapped/opaque call that
     received traced values does not contribute to the graph's output.
 
     ``unused_inputs`` names sample inputs the eager model does not read either (so dropping them
     is right); naming an input that *is* used is an error too, so the list cannot go stale.
+    ``eager_ignores(name)`` tells whether the eager model ignores an input too (``None``: cannot
+    tell): the error offers ``unused_inputs`` only for inputs that eager ignores or that could not
+    be checked, never for one the eager model reads.
     """
     unused = set(unused_inputs)
     live = live_nodes(graph)
@@ -217,10 +221,34 @@ def check_inputs_reach_output(
         + "\nThe graph runs, but computes something other than the eager model (e.g. logits that ignore the "
         "image). Usual causes: a wrapped block that changed a container or object the graph never sees again "
         "(re-patch with the current patcher), a branch decided while tracing, or a function in `ignore` "
-        "whose result the model does not use. If the eager model does not read the input either, say so: "
-        f"unused_inputs={dropped or ['NAME']!r} (CLI: --unused-input NAME). See GUIDE.md#silent-wrong-results.",
+        "whose result the model does not use. " + _unused_advice(dropped, eager_ignores)
+        + " See GUIDE.md#silent-wrong-results.",
         dropped, calls, sources[0] if sources else None,
     )
+
+
+def _unused_advice(dropped: list[str], eager_ignores: Callable[[str], bool | None] | None) -> str:
+    """``unused_inputs`` is the way out only for an input the eager model does not read either."""
+    verdicts = {name: eager_ignores(name) if eager_ignores is not None else None for name in dropped}
+    read = [name for name, ignores in verdicts.items() if ignores is False]
+    unread = [name for name, ignores in verdicts.items() if ignores is True]
+    unknown = [name for name, ignores in verdicts.items() if ignores is None]
+    parts = []
+    if read:
+        parts.append(f"The eager model does read {', '.join(map(repr, read))} (its output changes when "
+                     f"{'it changes' if len(read) == 1 else 'they change'}): the graph lost "
+                     f"{'it' if len(read) == 1 else 'them'}, so this is a tracing problem to fix, not an input to "
+                     "declare unused.")
+    if unread:
+        parts.append(f"The eager model does not read {', '.join(map(repr, unread))} either (its output is the same "
+                     f"when {'it changes' if len(unread) == 1 else 'they change'}): say so, "
+                     f"unused_inputs={unread!r} (CLI: --unused-input NAME).")
+    if unknown or not dropped:
+        parts.append("If the eager model does not read the input either (its output is the same when the input "
+                     "changes; not checked here" + ("" if eager_ignores is None else
+                                                                ": the eager model could not run on the sample, e.g. on the meta device")
+                     + f"), say so: unused_inputs={unknown or ['NAME']!r} (CLI: --unused-input NAME).")
+    return " ".join(parts)
 
 
 def _holds_tensor(value: Any) -> bool:

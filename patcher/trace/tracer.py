@@ -32,6 +32,7 @@ from .errors import (
     TrainingModeError,
     UntraceableCodeError,
 )
+from .influence import eager_ignores
 from .liveness import check_inputs_reach_output, record_source
 from .hooks import (
     check_leaf_output_capture,
@@ -264,8 +265,41 @@ def _keys_not_taken(model: nn.Module, signature: inspect.Signature, sample: Mapp
     return [key for key in unknown if key not in known]
 
 
+def deprecated_keywords(function: Any) -> dict[str, str | None]:
+    """Old keyword -> new name (``None``: dropped) of transformers' ``@deprecate_kwarg`` wrappers
+    around ``function``. The tracer traces the unwrapped forward, so an old name in the sample
+    would reach no parameter, while eager renames it (Fuyu's ``image_patches`` -> ``pixel_values``).
+
+    >>> from transformers import FuyuForCausalLM
+    >>> deprecated_keywords(FuyuForCausalLM.forward)
+    {'image_patches': 'pixel_values'}
+    """
+    found: dict[str, str | None] = {}
+    while callable(function):
+        code = getattr(function, "__code__", None)
+        cells = {}
+        for name, cell in zip(code.co_freevars if code else (), getattr(function, "__closure__", None) or ()):
+            try:
+                cells[name] = cell.cell_contents
+            except ValueError:  # an empty cell
+                pass
+        if isinstance(cells.get("old_name"), str) and "new_name" in cells:
+            found[cells["old_name"]] = cells["new_name"]
+        function = getattr(function, "__wrapped__", None)
+    return found
+
+
 def _validate_sample(model: nn.Module, signature: inspect.Signature, sample: Mapping[str, Any]) -> None:
     names, accepts_kwargs = _named_parameters(signature)
+    # Eager renames a deprecated keyword before the forward's body sees it; the tracer binds the
+    # sample to the body itself, where the old name may still be a parameter that nothing reads.
+    renamed = deprecated_keywords(type(model).forward)
+    for key in sample:
+        if renamed.get(key) is not None:
+            raise SampleInputError(
+                f"sample input {key!r} is a deprecated name: {type(model).__name__}.forward renames it to "
+                f"{renamed[key]!r} (transformers' @deprecate_kwarg) and reads it under that name; use "
+                f"{renamed[key]!r} in the sample and in every input you run the graph with")
     refused = _keys_not_taken(model, signature, sample)
     if refused and not accepts_kwargs:
         raise SampleInputError(
@@ -453,7 +487,8 @@ def trace_graph(
             leaf_changes,
         )
     _check_no_hidden_targets(graph, model, targets)
-    check_inputs_reach_output(graph, sample_input, model_name=type(model).__name__, unused_inputs=unused_inputs)
+    check_inputs_reach_output(graph, sample_input, model_name=type(model).__name__, unused_inputs=unused_inputs,
+                              eager_ignores=lambda name: eager_ignores(model, sample_input, name))
     _check_requested_outputs(graph, model, fixed)
     record = TraceRecord(
         model_class=original_class.__name__,
