@@ -200,3 +200,42 @@ def test_an_error_raised_by_graph_code_at_run_time_names_the_node_and_the_model_
     assert "raised while running subgraph 1, by its node `dropout`" in note, note
     assert f"test_errors.py:{line} in forward()" in note
     assert info.value.graph_source == (__file__, line)
+
+
+def test_unpacking_a_traced_value_by_name_says_which_function_to_keep_opaque_and_that_works():
+    """InstructBLIP's get_image_features rebuilds the vision tower's output with `**vision_outputs`:
+    fx reports it as iteration, whose loop-rewrite fix does not fit. The fix given must work."""
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable, run_subgraphs
+
+    config = transformers.InstructBlipConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=30, patch_size=2),
+        qformer_config=dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=37, cross_attention_frequency=1, max_position_embeddings=64,
+                            encoder_hidden_size=32),
+        text_config=dict(model_type="llama", vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
+        num_query_tokens=4, image_token_index=98)
+    torch.manual_seed(0)
+    model = load_traceable(transformers.InstructBlipForConditionalGeneration)(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, 90, (2, 10), generator=generator)
+    input_ids[:, :4] = config.image_token_index  # one image: num_query_tokens image tokens
+    sample = {"pixel_values": torch.randn(2, 3, 30, 30, generator=generator),
+              "qformer_input_ids": torch.randint(1, 90, (2, 6), generator=generator),
+              "qformer_attention_mask": torch.ones(2, 6, dtype=torch.long),
+              "input_ids": input_ids, "attention_mask": torch.ones(2, 10, dtype=torch.long)}
+    with pytest.raises(UntraceableCodeError) as caught:
+        trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+    message = str(caught.value)
+    assert "untraceable construct: `**` unpacking of a traced value" in message
+    assert "in get_image_features()" in message and "**vision_outputs" in message
+    assert "ignore=[*DEFAULT_IGNORE, 'get_image_features']" in message
+    assert "iteration" not in message.split("raised:")[0]
+    # followed, the fix gives a chain equal to eager
+    subgraphs = trace_subgraphs(model, sample, ["LlamaDecoderLayer"], [*DEFAULT_IGNORE, "get_image_features"])
+    with torch.no_grad():
+        torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample).logits,
+                                   rtol=0, atol=0)

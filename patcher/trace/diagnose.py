@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sysconfig
 import traceback
 from dataclasses import dataclass
@@ -49,6 +50,28 @@ MODEL_ERROR = DiagnosedSymptom(
     "determining-traceability",
 )
 SYMPTOMS["model_error"] = MODEL_ERROR
+
+#: ``**value`` in a call: fx asks the proxy for its keys, which it reports as iteration.
+_UNPACKED_BY_NAME = re.compile(r"\*\*\s*[A-Za-z_(]")
+
+
+def unpacked_by_name(function: str) -> DiagnosedSymptom:
+    """``f(**outputs)`` on a traced value (InstructBLIP's ``BaseModelOutput...(**vision_outputs)``):
+    no loop to rewrite, so the way out is to keep the function that unpacks it opaque."""
+    if function in ("forward", "<module>"):
+        fix = ("wrap the statement in a module-level torch.fx.wrap function that takes the value and returns what "
+               "the line builds from it")
+    else:
+        fix = (f"keep {function}() opaque, so it runs as one call on real values: "
+               f"ignore=[*DEFAULT_IGNORE, {function!r}] (patcher trace --ignore {function})")
+    return DiagnosedSymptom(
+        "`**` unpacking of a traced value",
+        "",
+        "`**value` needs the keys of value, and a traced value (a module's output, e.g. a ModelOutput) has none "
+        "until the graph runs",
+        fix,
+        "wrapping-functions",
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +161,8 @@ def diagnose(exc: BaseException, module_path: str | None = None) -> UntraceableC
     code = (linecache.getline(frame.filename, frame.lineno) or frame.line or "").rstrip()
     message = f"{type(exc).__name__}: {exc}".strip()
     symptom = classify(str(exc), code)
+    if symptom is SYMPTOMS["iteration"] and _UNPACKED_BY_NAME.search(code):
+        symptom = unpacked_by_name(frame.name)
     return UntraceableConstruct(
         filename=frame.filename,
         lineno=frame.lineno,

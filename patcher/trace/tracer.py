@@ -21,7 +21,7 @@ from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
-from .diagnose import diagnose
+from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
 from .errors import (
     MissingTargetsError,
@@ -572,7 +572,7 @@ def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exce
     if construct is None:
         return exc
     header = f"could not trace {type(model).__name__}:"
-    if construct.symptom.rule == "":
+    if construct.symptom is MODEL_ERROR:
         message = f"{header} {construct.symptom.name}\n{construct.describe()}\n" \
                   "  note: this often means the sample input lacks an input the model needs"
         return SampleInputError(message) if isinstance(exc, ValueError) else UntraceableCodeError(message, construct)
