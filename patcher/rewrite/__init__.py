@@ -22,12 +22,10 @@ from .api import PatchResult, patch_file, patch_source
 from .engine import Blocker, Rewrite
 from .errors import PatchError
 from .rules import ALL_RULES, RULES_BY_CODE
-from .rules.ignored_call import DEFAULT_IGNORE
 
 __all__ = [
     "ALL_RULES",
     "Blocker",
-    "DEFAULT_IGNORE",
     "PatchError",
     "PatchResult",
     "RULES_BY_CODE",

@@ -90,7 +90,7 @@ def patch_source(
     `module_name` (e.g. ``transformers.models.llava.modeling_llava``) makes relative imports
     absolute; without it, it is inferred from `source_path`'s packages. `targets`: class names of
     the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
-    method names to call opaquely (added to ``rules.ignored_call.DEFAULT_IGNORE``). `locations`:
+    method names to call opaquely (added to ``registry.ignore.FORWARDED_BY_REWRITER``: the tracer's DEFAULT_IGNORE less its checks and tower helpers). `locations`:
     ``(lineno, rule code or symptom key)`` pairs (lines of `source`) from tracer failures, rewritten even
     where static detection sees nothing; a string instead of a line number names a function or
     method to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the

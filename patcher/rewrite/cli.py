@@ -14,7 +14,7 @@ from pathlib import Path
 from ..registry.rules import RULES
 from .errors import PatchError
 from .file_header import split_header
-from .rules.ignored_call import DEFAULT_IGNORE
+from ..registry.ignore import FORWARDED_BY_REWRITER
 
 EPILOG = """\
 rules:
@@ -54,7 +54,7 @@ def add_patch_parser(subparsers) -> argparse.ArgumentParser:
         description="Rewrite a transformers modeling file (or any model source file) into a variant that "
         "torch.fx can trace: data-dependent code moves into @torch.fx.wrap functions, shape code becomes "
         "shape-generic. Only what must change changes; every rewrite is marked '# TRACING(<rule>): why'.",
-        epilog=EPILOG.format(rules=rules, ignore=", ".join(DEFAULT_IGNORE)),
+        epilog=EPILOG.format(rules=rules, ignore=", ".join(FORWARDED_BY_REWRITER)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("module", metavar="MODULE_OR_PATH",

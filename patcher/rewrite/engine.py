@@ -23,7 +23,7 @@ from . import opaque_results, traced_items
 from .wrapper_names import Namer
 from .records import Blocker, Rewrite
 from .rules import EXPRESSION_RULES, HOIST_RULES
-from .rules.ignored_call import DEFAULT_IGNORE
+from ..registry.ignore import FORWARDED_BY_REWRITER
 from .shapes import shape_names_of
 from .taint import META, VALUE, Taint, dotted, function_taint
 from .targets import TargetIndex
@@ -329,7 +329,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
         else:
             use = function_body_use_stmt(stmt)
             top_names |= use
-    ignore_set = set(DEFAULT_IGNORE) | set(ignore)
+    ignore_set = set(FORWARDED_BY_REWRITER) | set(ignore)
     line_locs: dict[int, str] = {}
     for loc in locations:
         where, wanted = loc[0], (loc[1] if len(loc) > 1 else "bool")  # wanted: a rule code or symptom key

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.ignore import FORWARDED_BY_REWRITER
 from ...registry.rules import RULES, TZ106
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 
 SPEC = RULES[TZ106]
 CODE = SPEC.code
-
-# The one ignore list (registry.ignore), less the checks on it (TZ102's) and the towers' helpers.
-DEFAULT_IGNORE = FORWARDED_BY_REWRITER
 
 
 class _Redirect(ScopedTransformer):
