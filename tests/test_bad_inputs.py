@@ -9,6 +9,7 @@ the few that need a separate process (signals, a crashing parser) are in test_fi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -359,3 +360,115 @@ def test_trace_accepts_a_patched_file_and_its_folder(tmp_path, capsys):
     for spec in (f"{tmp_path / 'p' / 'modeling_llama.py'}:LlamaForCausalLM", f"{tmp_path / 'p'}:LlamaForCausalLM"):
         status, output = _run(["trace", spec, config], capsys)
         assert status == 0 and "Successfully traced model into 2 subgraphs!" in output, output
+
+
+# ---- the Python API's list and count arguments: one reading everywhere (patcher.normalize)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"})
+    model = LlamaForCausalLM(config).eval()
+    return model, {"input_ids": torch.randint(0, 64, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+
+
+def _entry_point(name, model, sample, config_path):
+    """Call entry point ``name`` with keyword arguments, on the tiny Llama (or its config file)."""
+    from patcher import attempt_trace, trace_graph, trace_subgraphs
+    from patcher.plan import plan_model
+
+    targets = {"sequential_targets": ["LlamaDecoderLayer"]}
+    return {
+        "trace_subgraphs": lambda **kw: trace_subgraphs(model, sample, **{**targets, **kw}),
+        "trace_graph": lambda **kw: trace_graph(model, sample, **{**targets, **kw}),
+        "attempt_trace": lambda **kw: attempt_trace("LlamaForCausalLM", config_path, out=io.StringIO(),
+                                                    **{**targets, **kw}),
+        "plan_model": lambda **kw: plan_model(config_path, "LlamaForCausalLM", seq_len=8, samples=2,
+                                              **{**targets, **kw}),
+    }[name]
+
+
+BAD_API_ARGUMENTS = [
+    ("targets-int", {"sequential_targets": 3}, ("sequential_targets", "got 3 (int)", "nn.Module subclass")),
+    ("targets-instance", {"sequential_targets": [object()]}, ("sequential_targets[0]", "(object)")),
+    ("ignore-int", {"ignore": 5}, ("ignore", "got 5 (int)")),
+    ("ignore-none-entry", {"ignore": [None]}, ("ignore[0] is None",)),
+    ("extra-ignore-int", {"extra_ignore": 7}, ("extra_ignore", "got 7 (int)")),
+    ("per-subgraph-float", {"targets_per_subgraph": 1.5}, ("targets_per_subgraph", "int >= 1", "1.5 (float)")),
+    ("per-subgraph-str", {"targets_per_subgraph": "2"}, ("targets_per_subgraph", "'2' (str)")),
+    ("unused-inputs-int", {"unused_inputs": 3}, ("unused_inputs", "got 3 (int)")),
+]
+TAKES = {"trace_subgraphs": {"sequential_targets", "ignore", "targets_per_subgraph", "unused_inputs"},
+         "trace_graph": {"sequential_targets", "ignore", "unused_inputs"},
+         "attempt_trace": {"sequential_targets", "ignore", "extra_ignore", "targets_per_subgraph", "unused_inputs"},
+         "plan_model": {"sequential_targets", "ignore", "extra_ignore", "targets_per_subgraph"}}
+
+
+@pytest.mark.parametrize("entry, case", [(entry, case) for case in BAD_API_ARGUMENTS for entry in sorted(TAKES)
+                                         if set(case[1]) <= TAKES[entry]],
+                         ids=lambda value: value if isinstance(value, str) else value[0])
+def test_api_argument_of_the_wrong_type_is_a_type_error_naming_it(entry, case, tiny_llama, tmp_path):
+    _, kwargs, says = case
+    call = _entry_point(entry, *tiny_llama, cfg(tmp_path))
+    with pytest.raises(TypeError) as caught:
+        call(**kwargs)
+    for fragment in says:
+        assert fragment in str(caught.value)
+
+
+def test_api_module_class_and_single_string_are_one_entry(tiny_llama, tmp_path):
+    """A class means its name (what matching compares); a single string is one entry, never its letters."""
+    import torch
+    from torch import nn
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
+
+    from patcher import DEFAULT_IGNORE, attempt_trace, trace_subgraphs
+    from patcher.plan import plan_model
+
+    model, sample = tiny_llama
+    by_name = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+    for targets in ([LlamaDecoderLayer], LlamaDecoderLayer, "LlamaDecoderLayer"):
+        assert [s.targets for s in trace_subgraphs(model, sample, targets)] == [s.targets for s in by_name]
+    ignored = trace_subgraphs(model, sample, "LlamaDecoderLayer", ignore=[*DEFAULT_IGNORE, LlamaRMSNorm])
+    assert [s.targets for s in ignored] == [s.targets for s in by_name]
+    assert len(attempt_trace("LlamaForCausalLM", cfg(tmp_path), sequential_targets=LlamaDecoderLayer,
+                             out=io.StringIO())) == 2
+    assert len(plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=8, samples=2,
+                          sequential_targets=[LlamaDecoderLayer]).subgraphs) == 2
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    class DiscardsPixels(nn.Module):  # eager ignores the pixels too: declared with unused_inputs
+        def __init__(self):
+            super().__init__()
+            self.vision = nn.Linear(4, 4)
+            self.block = Block()
+
+        def forward(self, x, pixel_values=None):
+            self.vision(pixel_values)
+            return self.block(x)
+
+    pixels = {"x": torch.randn(2, 4), "pixel_values": torch.randn(1, 4)}
+    assert len(trace_subgraphs(DiscardsPixels().eval(), pixels, Block, unused_inputs="pixel_values")) == 2
+
+
+def test_api_empty_subgraph_list_is_refused(tiny_llama):
+    from patcher import run_subgraphs, trace_subgraphs
+    from patcher.plan import plan_memory
+
+    model, sample = tiny_llama
+    with pytest.raises(ValueError, match="run_subgraphs: subgraphs is empty"):
+        run_subgraphs(model, [], sample)
+    with pytest.raises(ValueError, match="plan_memory: subgraphs is empty"):
+        plan_memory(model, [], sample)
+    with pytest.raises(TypeError, match="wrap a single one in a list"):
+        run_subgraphs(model, trace_subgraphs(model, sample, ["LlamaDecoderLayer"])[0], sample)
