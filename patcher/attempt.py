@@ -15,7 +15,8 @@ from .normalize import input_names, module_entries, positive_int
 from .partition import Subgraph, trace_subgraphs
 from .plugins import TracingDefaults, drop_in_for, tracing_defaults
 from .samples import is_vision_language, sample_input, text_only_note
-from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
+from .trace import DEFAULT_IGNORE, TracingError
+from .trace.errors import TraceArgumentError
 from .trace.tracer import sample_keys_not_taken
 
 
@@ -205,7 +206,8 @@ def attempt_trace(
     :func:`~patcher.partition.trace_subgraphs` (a single string or module class is one entry;
     ``targets_per_subgraph`` is an int >= 1). A mistake in the arguments raises instead of printing
     a failure: ``TypeError``/``ValueError`` for a wrong type or value, ``TargetMatchError`` for
-    targets that match no module.
+    targets that match no module, ``UnknownInputError`` for an ``unused_inputs`` name the sample
+    lacks (both ``TraceArgumentError``).
 
     >>> subgraphs = attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B")  # doctest: +ELLIPSIS
     Tracing LlamaForCausalLM (Meta-Llama-3-8B) on the meta device, targets: LlamaDecoderLayer
@@ -222,7 +224,7 @@ def attempt_trace(
     start = time.perf_counter()
     try:
         subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)
-    except TargetMatchError:
+    except TraceArgumentError:
         raise  # a mistake in the arguments (exit 2 from the CLI), not a construct that fails to trace
     except TracingError as exc:
         construct = getattr(exc, "construct", None)

@@ -285,14 +285,16 @@ def repair(
     ignore: Iterable[str | type] | str | type | None = DEFAULT_IGNORE,
     max_rounds: int = 12,
     cache_dir: str | os.PathLike | None = None,
+    unused_inputs: Iterable[str] | str = (),
 ) -> RepairResult:
     """Patch, trace, map the failure to the original source, rewrite it, repeat.
 
     The model is built on the ``meta`` device from ``config``; ``sample_input`` only needs the
     right keys and shapes. Stops when the model traces, when a failure repeats at a line already
     rewritten, or when the failure lies outside the patched file and no statement of the patched
-    file leads to it. Targets and ignore entries read as in :func:`~patcher.trace.trace_graph` (a
-    single string or module class is one entry; :mod:`patcher.normalize`).
+    file leads to it. Targets, ignore entries and ``unused_inputs`` read as in
+    :func:`~patcher.trace.trace_graph` (a single string or module class is one entry;
+    :mod:`patcher.normalize`).
     """
     cls = resolve_model_class(model_class)
     source, _, source_path = _source_of(cls)
@@ -307,7 +309,7 @@ def repair(
         generated = Path(generated_file).read_text(encoding="utf-8")
         model = build_model(traceable, config, device="meta")
         try:
-            trace_graph(model, sample_input, targets, ignore)
+            trace_graph(model, sample_input, targets, ignore, unused_inputs)
         except UntraceableCodeError as error:
             construct = error.construct
             original_exc = error.__cause__ or error

@@ -55,6 +55,7 @@ def run_plan(args) -> int:
         return 2
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..trace import TracingError
+    from ..trace.errors import TraceArgumentError
     from .report import format_plan, plan_model
 
     try:
@@ -62,7 +63,10 @@ def run_plan(args) -> int:
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,
                           sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
                           extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph,
-                          towers=args.towers)
+                          towers=args.towers, unused_inputs=args.unused_inputs)
+    except TraceArgumentError as exc:  # targets that match nothing, an unknown --unused-input: a usage error
+        print(f"patcher plan: error: {exc}", file=sys.stderr)
+        return 2
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {args.model_class}:", file=sys.stderr)

@@ -65,12 +65,15 @@ def plan_model(
     extra_ignore: Iterable[str | type] | str | type = (),
     targets_per_subgraph: int = 1,
     towers: Iterable[str] | str = (),
+    unused_inputs: Iterable[str] | str = (),
 ) -> MemoryPlan:
     """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
     ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
 
     Targets and ignore entries read as in :func:`patcher.attempt.prepare_trace` (names, ``re:``
     patterns or ``nn.Module`` subclasses; a single string or class is one entry);
+    ``unused_inputs`` names sample inputs the model does not read, as in
+    :func:`~patcher.partition.trace_subgraphs`.
     ``batch_size``, ``seq_len``, ``samples`` and ``targets_per_subgraph`` are ints >= 1. A wrong
     type raises ``TypeError``, a wrong value ``ValueError``, naming the argument, before the
     model is built (:mod:`patcher.normalize`).
@@ -80,17 +83,19 @@ def plan_model(
     (33, 17842176)
     """
     from ..attempt import prepare_trace
-    from ..normalize import positive_int
+    from ..normalize import input_names, positive_int
     from ..partition import trace_subgraphs
 
     batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
     samples = positive_int(samples, "samples")
     targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
+    unused_inputs = input_names(unused_inputs, "unused_inputs")
     # the sample on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
                           device="cpu", batch_size=batch_size, seq_len=seq_len)
     sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
-    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
+    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph,
+                                unused_inputs)
     return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
                        name=f"{setup.model_class.__name__} ({model_id})")

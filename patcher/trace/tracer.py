@@ -33,7 +33,7 @@ from .errors import (
     TrainingModeError,
     UntraceableCodeError,
 )
-from .liveness import check_inputs_reach_output, record_source
+from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
 from .hooks import (
     check_leaf_output_capture,
     check_no_global_hooks,
@@ -407,12 +407,14 @@ def trace_graph(
     (also for a sample key the model does not take, a flag given as a tensor, ``use_cache=True``),
     ``TrainingModeError`` (train mode with layerdrop), ``UntraceableCodeError`` (naming file, line,
     construct and fix) or
-    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output),
+    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output; its
+    subclass ``UnknownInputError``, before tracing, for an ``unused_inputs`` name the sample lacks),
     ``HookError`` (a user hook on the root or on a module traced through, or a global module hook:
     the graph cannot honour it) or ``OutputCaptureError`` (``output_hidden_states``/``output_attentions``
     collected by hooks inside modules the graph calls as a whole: the graph would return empty tuples).
     """
     unused_inputs = input_names(unused_inputs, "unused_inputs")
+    check_unused_inputs_known(sample_input, unused_inputs)
     ignore = resolve_ignore(ignore)
     targets = resolve_targets(model, sequential_targets)
     ignored_modules, _ = match_modules(model, parse_patterns(ignore))
