@@ -11,6 +11,7 @@ everywhere:
   class is one entry, never split into characters.
 - ``unused_inputs``, ``towers``: a list of names; a single string is one name.
 - ``targets_per_subgraph`` and other counts: an int >= 1 (not a float, a string or a bool).
+- ``batch_size`` x ``seq_len`` of a built sample: at most :data:`MAX_SAMPLE_TOKENS` tokens.
 
 A value of another type raises ``TypeError``, a count below 1 ``ValueError``; both name the
 argument, what was given and what is expected. Imports nothing heavy (``patcher patch`` uses it).
@@ -21,6 +22,15 @@ from __future__ import annotations
 import operator
 import sys
 from typing import Any
+
+#: Tokens per sample batch (batch size x sequence length) that a built sample may hold: 2**24 =
+#: 16,777,216 (a 10M-token context fits, as does a batch of 128 x 131,072). ``text_sample`` builds
+#: its tensors for real (int64 input ids and attention mask: 256 MiB at this limit), and the
+#: planner keeps the values of the integer tensors derived from them (position ids, cache
+#: positions): ``patcher plan`` of a tiny Llama grew by about 95 bytes per token, 1.6 GB at the
+#: limit. Past it, a typo (``--seq-len 100000000000``) asked for 800 GB before anything ran.
+MAX_SAMPLE_TOKENS = 2**24
+
 
 def _shown(value: Any) -> str:
     text = repr(value)
@@ -119,6 +129,27 @@ def positive_int(value: Any, argument: str) -> int:
     if number < 1:
         raise ValueError(f"{argument} must be >= 1; got {number}")
     return number
+
+
+def sample_shape(batch_size: Any, seq_len: Any, *, names: tuple[str, str] = ("batch_size", "seq_len")) -> tuple[int, int]:
+    """``(batch_size, seq_len)`` checked before a sample is built: ints >= 1 whose product stays
+    within :data:`MAX_SAMPLE_TOKENS`; ``names`` are the arguments (or options) named in errors.
+
+    >>> sample_shape(1, 10**11, names=("--batch", "--seq-len"))
+    Traceback (most recent call last):
+    ...
+    ValueError: --batch 1 x --seq-len 100000000000 is 100000000000 tokens per batch, a sample of 1490 GiB (int64 input ids and attention mask); the limit is 16777216 (2**24) tokens per batch: lower --seq-len or --batch
+    """
+    batch_size, seq_len = positive_int(batch_size, names[0]), positive_int(seq_len, names[1])
+    tokens = batch_size * seq_len
+    if tokens > MAX_SAMPLE_TOKENS:
+        larger = names[1] if seq_len >= batch_size else names[0]
+        other = names[0] if larger == names[1] else names[1]
+        raise ValueError(
+            f"{names[0]} {batch_size} x {names[1]} {seq_len} is {tokens} tokens per batch, a sample of "
+            f"{tokens * 16 / 2**30:.0f} GiB (int64 input ids and attention mask); the limit is {MAX_SAMPLE_TOKENS} "
+            f"(2**{MAX_SAMPLE_TOKENS.bit_length() - 1}) tokens per batch: lower {larger} or {other}")
+    return batch_size, seq_len
 
 
 def _iterable(value: Any) -> bool:

@@ -289,6 +289,10 @@ ROWS = [
         lambda t: ["graph", src(t, MASK_FREE, name="mask_free.py") + ":MaskFreeLlama", cfg(t), "-o",
                    out(t) + "/g.dot", "--unused-input", "attention_mask"], 0, written=("g.dot",)),
     # ---- plan
+    Row("plan-seq-len-huge", lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--seq-len", "100000000000"], 2,
+        ("--seq-len 100000000000", "tokens per batch", "limit is 16777216")),
+    Row("plan-batch-huge", lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--batch", "10000000000"], 2,
+        ("--batch 10000000000", "limit is 16777216", "lower --batch")),
     Row("plan-targets-match-nothing",
         lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--seq-len", "8", "--targets", "Nope"], 2,
         ("'Nope' match no module",)),
@@ -500,3 +504,14 @@ def test_api_empty_subgraph_list_is_refused(tiny_llama):
         plan_memory(model, [], sample)
     with pytest.raises(TypeError, match="wrap a single one in a list"):
         run_subgraphs(model, trace_subgraphs(model, sample, ["LlamaDecoderLayer"])[0], sample)
+
+
+def test_api_sample_too_large_is_refused_before_anything_is_allocated(tmp_path):
+    from patcher.models import load_config
+    from patcher.plan import plan_model
+    from patcher.samples import text_sample
+
+    with pytest.raises(ValueError, match=r"seq_len 100000000000 is 100000000000 tokens per batch.*limit is 16777216"):
+        plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=10**11)
+    with pytest.raises(ValueError, match=r"batch_size 10000000000 x seq_len 16 .*lower batch_size"):
+        text_sample(load_config(cfg(tmp_path)), batch_size=10**10)

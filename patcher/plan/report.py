@@ -74,19 +74,20 @@ def plan_model(
     patterns or ``nn.Module`` subclasses; a single string or class is one entry);
     ``unused_inputs`` names sample inputs the model does not read, as in
     :func:`~patcher.partition.trace_subgraphs`.
-    ``batch_size``, ``seq_len``, ``samples`` and ``targets_per_subgraph`` are ints >= 1. A wrong
-    type raises ``TypeError``, a wrong value ``ValueError``, naming the argument, before the
-    model is built (:mod:`patcher.normalize`).
+    ``batch_size``, ``seq_len``, ``samples`` and ``targets_per_subgraph`` are ints >= 1, and a
+    batch holds at most :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens. A wrong type raises
+    ``TypeError``, a wrong value ``ValueError``, naming the argument, before the model is built
+    (:mod:`patcher.normalize`).
 
     >>> plan = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=2048, samples=512, algorithm="gptq")
     >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
     (33, 17842176)
     """
     from ..attempt import prepare_trace
-    from ..normalize import input_names, positive_int
+    from ..normalize import input_names, positive_int, sample_shape
     from ..partition import trace_subgraphs
 
-    batch_size, seq_len = positive_int(batch_size, "batch_size"), positive_int(seq_len, "seq_len")
+    batch_size, seq_len = sample_shape(batch_size, seq_len)
     samples = positive_int(samples, "samples")
     targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     unused_inputs = input_names(unused_inputs, "unused_inputs")
