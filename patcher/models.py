@@ -109,6 +109,9 @@ def resolve_model_class(model_class: str | type, *, pretrained: bool = True) -> 
         raise UserInputError(f"{model_class!r} is a path: name the class too, as FILE.py:ClassName "
                              "(e.g. patched/modeling_llama.py:LlamaForCausalLM)")
     if "." in model_class:
+        if not all(part.isidentifier() for part in model_class.split(".")):
+            raise UserInputError(f"{model_class!r} is not a class name: give a transformers class name "
+                                 "(LlamaForCausalLM), a dotted path (package.module.ClassName) or FILE.py:ClassName")
         module_name, _, attribute = model_class.rpartition(".")
         try:
             module = importlib.import_module(module_name)

@@ -259,6 +259,7 @@ ROWS = [
         ("not a transformers model class",)),
     Row("trace-folder-without-class", lambda t: ["trace", out(t) + ":LlamaForCausalLM", cfg(t)], 2,
         ("defines class 'LlamaForCausalLM'",)),
+    Row("trace-class-name-dots", lambda t: ["trace", "....", cfg(t)], 2, ("'....' is not a class name",)),
     Row("trace-file-syntax-error", lambda t: ["trace", src(t, "x = (\n") + ":M", cfg(t)], 2, ("syntax error",)),
     Row("trace-missing-argument", lambda t: ["trace", "LlamaForCausalLM"], 2, ("MODEL_ID",)),
     Row("trace-unused-input-unknown",
