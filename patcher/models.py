@@ -275,7 +275,7 @@ class _HeldRecords(logging.Handler):
 
     def pass_on(self) -> None:
         for record in self.records:
-            for handler in self.handlers:
+            for handler in self.handlers or [logging.lastResort]:
                 if record.levelno >= handler.level:
                     handler.handle(record)
         self.records.clear()
@@ -309,7 +309,8 @@ MAX_SIZE = 2**32
 #: Elements of the largest single weight, estimated from the config before anything is built as
 #: ``hidden_size`` x the largest of ``vocab_size`` and the ``*intermediate_size`` fields (the
 #: embedding, the head, an MLP projection): 2**38 elements is 1 TiB in float32, 512 GiB in bf16,
-#: about 60 times the largest such weight of a real model (256k vocabulary x 16k hidden).
+#: 64 times a 256k vocabulary x 16k hidden, more than any real model has (Llama 3.1 405B: 128k x
+#: 16k; Gemma 3: 262k x 5k).
 MAX_WEIGHT_ELEMENTS = 2**38
 
 
@@ -405,12 +406,13 @@ def _rope_problems(cfg, values: dict) -> list[str]:
     shown = "rope_parameters (rope_scaling in older configs)" if key == "rope_parameters" else key
     groups = {f"{key}.{layer}": value for layer, value in parameters.items() if isinstance(value, dict)} \
         if nested else {shown: parameters}
+    model_type = getattr(cfg, "model_type", "") or type(cfg).__name__
     problems = []
     for where, group in groups.items():
         rope_type = group.get("rope_type", group.get("type", "default"))
         if not isinstance(rope_type, str) or rope_type not in known:
             problems.append(f"{where} has rope_type {rope_type!r}, which transformers does not know for "
-                            f"{getattr(cfg, 'model_type', '') or type(cfg).__name__} (known: {', '.join(sorted(known))})")
+                            f"{model_type} (known: {', '.join(sorted(known))})")
     return problems
 
 

@@ -57,7 +57,7 @@ def module_entries(value: Any, argument: str, *, functions: bool = False) -> lis
     >>> module_entries(3, "sequential_targets")
     Traceback (most recent call last):
     ...
-    TypeError: sequential_targets must be a module class name, a 're:' pattern or an nn.Module subclass, or a list of them; got 3 (int)
+    TypeError: sequential_targets must be a module class name, ... or a list of them; got 3 (int)
     """
     what = ("a module class, function or method name, a 're:' pattern or an nn.Module subclass" if functions
             else "a module class name, a 're:' pattern or an nn.Module subclass")
@@ -131,14 +131,15 @@ def positive_int(value: Any, argument: str) -> int:
     return number
 
 
-def sample_shape(batch_size: Any, seq_len: Any, *, names: tuple[str, str] = ("batch_size", "seq_len")) -> tuple[int, int]:
+def sample_shape(batch_size: Any, seq_len: Any, *,
+                 names: tuple[str, str] = ("batch_size", "seq_len")) -> tuple[int, int]:
     """``(batch_size, seq_len)`` checked before a sample is built: ints >= 1 whose product stays
     within :data:`MAX_SAMPLE_TOKENS`; ``names`` are the arguments (or options) named in errors.
 
     >>> sample_shape(1, 10**11, names=("--batch", "--seq-len"))
     Traceback (most recent call last):
     ...
-    ValueError: --batch 1 x --seq-len 100000000000 is 100000000000 tokens per batch, a sample of 1490 GiB (int64 input ids and attention mask); the limit is 16777216 (2**24) tokens per batch: lower --seq-len or --batch
+    ValueError: --batch 1 x --seq-len 100000000000 is 100000000000 tokens per batch, ... lower --seq-len or --batch
     """
     batch_size, seq_len = positive_int(batch_size, names[0]), positive_int(seq_len, names[1])
     tokens = batch_size * seq_len

@@ -258,10 +258,10 @@ def _is_module(model: nn.Module, target: str) -> bool:
 def subgraph_list(subgraphs: Any, function: str) -> list[Subgraph]:
     """``subgraphs`` as a non-empty list of :class:`Subgraph`: ``TypeError`` for another type (a
     single subgraph included), ``ValueError`` for an empty list."""
-    if isinstance(subgraphs, Subgraph) or isinstance(subgraphs, (str, bytes)) or not hasattr(subgraphs, "__iter__"):
+    if isinstance(subgraphs, (Subgraph, str, bytes)) or not hasattr(subgraphs, "__iter__"):
+        hint = " (wrap a single one in a list)" if isinstance(subgraphs, Subgraph) else ""
         raise TypeError(f"{function}: subgraphs must be the list of Subgraph that trace_subgraphs returns; got "
-                        f"{type(subgraphs).__name__}" + (" (wrap a single one in a list)" if isinstance(subgraphs, Subgraph)
-                                                         else ""))
+                        f"{type(subgraphs).__name__}{hint}")
     subgraphs = list(subgraphs)
     if not subgraphs:
         raise ValueError(f"{function}: subgraphs is empty, so nothing would run; pass the list trace_subgraphs "
