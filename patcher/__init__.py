@@ -16,8 +16,8 @@ _LAZY = {
     **{name: "trace" for name in (
         "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "MissingInputError",
         "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
-        "StateChangeError", "TargetMatchError", "TracingError", "TrainingModeError", "UntraceableCodeError",
-        "trace_graph")},
+        "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError", "TrainingModeError",
+        "UnknownInputError", "UntraceableCodeError", "trace_graph")},
     # how a model collection (the zoo) registers itself: see patcher.plugins
     "register_drop_in": "plugins", "register_tracing_defaults": "plugins",
     "register_multimodal_sample": "sample_builders",
@@ -65,8 +65,10 @@ __all__ = [
     "StateChangeError",
     "Subgraph",
     "TargetMatchError",
+    "TraceArgumentError",
     "TracingError",
     "TrainingModeError",
+    "UnknownInputError",
     "UntraceableCodeError",
     "attempt_trace",
     "find_tower_blocks",

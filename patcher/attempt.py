@@ -11,10 +11,12 @@ from typing import Iterable, TextIO
 from torch import nn
 
 from .models import build_model, check_config_for_class, load_config, resolve_model_class
+from .normalize import input_names, module_entries, positive_int
 from .partition import Subgraph, trace_subgraphs
 from .plugins import TracingDefaults, drop_in_for, tracing_defaults
 from .samples import is_vision_language, sample_input, text_only_note
-from .trace import DEFAULT_IGNORE, TargetMatchError, TracingError
+from .trace import DEFAULT_IGNORE, TracingError
+from .trace.errors import TraceArgumentError
 from .trace.tracer import sample_keys_not_taken
 
 
@@ -103,10 +105,10 @@ def prepare_trace(
     model_id: str,
     model_class: str | type,
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
-    extra_ignore: Iterable[str] | str = (),
-    towers: Iterable[str] = (),
+    sequential_targets: Iterable[str | type] | str | type | None = None,
+    ignore: Iterable[str | type] | str | type | None = None,
+    extra_ignore: Iterable[str | type] | str | type = (),
+    towers: Iterable[str] | str = (),
     **sample_options,
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
@@ -117,20 +119,26 @@ def prepare_trace(
     ``ignore=None`` means ``DEFAULT_IGNORE``, plus a collection's additions (the zoo recipe's) when its
     default targets are used too (those additions, e.g. ``re:model\\.visual``, would swallow
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
-    way. A single string (targets, ignore, extra_ignore) is one entry.
+    way. Targets and ignore entries are names, ``re:`` patterns or ``nn.Module`` subclasses (their
+    name); a single string or class (targets, ignore, extra_ignore) is one entry, a single string
+    one tower. They are checked (:mod:`patcher.normalize`: ``TypeError`` naming the argument)
+    before the config is read.
 
     ``towers`` (``"vision"``, ``"audio"``) puts the blocks of those towers before the targets
     (:func:`default_tower_targets`); the collection's ignore additions are then its tower ones (the zoo recipe's ``vision_ignore``)
     (its ``DEFAULT_IGNORE`` keeps the tower opaque).
     """
+    if sequential_targets is not None:
+        sequential_targets = module_entries(sequential_targets, "sequential_targets")
+    if ignore is not None:
+        ignore = module_entries(ignore, "ignore", functions=True)
+    extra_ignore = module_entries(extra_ignore, "extra_ignore", functions=True)
+    towers = list(dict.fromkeys(input_names(towers, "towers")))
     config = load_config(model_id)  # first: a misspelt MODEL_ID is reported before a model module is imported
     cls = resolve_model_class(model_class)
     check_config_for_class(cls, config)
     model = build_model(cls, config, device="meta")
-    if isinstance(sequential_targets, str):
-        sequential_targets = [sequential_targets]
     targets = list(sequential_targets or default_targets(model))
-    towers = list(dict.fromkeys(towers))
     tower_targets = [target for modality in towers for target in default_tower_targets(model, modality)]
     targets = list(dict.fromkeys(tower_targets + targets))
     if ignore is None:
@@ -142,10 +150,6 @@ def prepare_trace(
         else:
             additions = []
         ignore = list(DEFAULT_IGNORE) + [entry for entry in additions if entry not in DEFAULT_IGNORE]
-    if isinstance(ignore, str):
-        ignore = [ignore]
-    if isinstance(extra_ignore, str):
-        extra_ignore = [extra_ignore]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample = sample_input(config, multimodal=multimodal_data, **{"device": "meta", **sample_options})
     # The default sample is built from the config alone; inputs the forward cannot take (xLSTM has no
@@ -181,13 +185,13 @@ def attempt_trace(
     model_class: str | type,
     model_id: str,
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
+    sequential_targets: Iterable[str | type] | str | type | None = None,
+    ignore: Iterable[str | type] | str | type | None = None,
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
-    extra_ignore: Iterable[str] | str = (),
-    unused_inputs: Iterable[str] = (),
-    towers: Iterable[str] = (),
+    extra_ignore: Iterable[str | type] | str | type = (),
+    unused_inputs: Iterable[str] | str = (),
+    towers: Iterable[str] | str = (),
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
@@ -198,12 +202,21 @@ def attempt_trace(
     ``Successfully traced model into N subgraphs!`` and the partition table, or the failure with
     its source location; returns the subgraphs, or None on failure.
 
+    Targets, ignore entries and ``unused_inputs`` read as in :func:`prepare_trace` and
+    :func:`~patcher.partition.trace_subgraphs` (a single string or module class is one entry;
+    ``targets_per_subgraph`` is an int >= 1). A mistake in the arguments raises instead of printing
+    a failure: ``TypeError``/``ValueError`` for a wrong type or value, ``TargetMatchError`` for
+    targets that match no module, ``UnknownInputError`` for an ``unused_inputs`` name the sample
+    lacks (both ``TraceArgumentError``).
+
     >>> subgraphs = attempt_trace("LlamaForCausalLM", "Meta-Llama-3-8B")  # doctest: +ELLIPSIS
     Tracing LlamaForCausalLM (Meta-Llama-3-8B) on the meta device, targets: LlamaDecoderLayer
     ...
     Successfully traced model into 33 subgraphs!
     """
     model_class, model_id = _in_cli_order(model_class, model_id)
+    targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
+    unused_inputs = input_names(unused_inputs, "unused_inputs")
     out = out or sys.stdout
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
@@ -211,7 +224,7 @@ def attempt_trace(
     start = time.perf_counter()
     try:
         subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)
-    except TargetMatchError:
+    except TraceArgumentError:
         raise  # a mistake in the arguments (exit 2 from the CLI), not a construct that fails to trace
     except TracingError as exc:
         construct = getattr(exc, "construct", None)

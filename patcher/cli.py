@@ -130,7 +130,7 @@ def _run_repair(args) -> int:
     from .traceable import repair
 
     cls, targets = setup.model_class, setup.targets
-    result = repair(cls, setup.config, setup.sample, targets, setup.ignore)
+    result = repair(cls, setup.config, setup.sample, targets, setup.ignore, unused_inputs=args.unused_inputs)
     writes = bool(args.output and result.model_class is not None)
     # With -o the verdict is about the written file, checked by tracing it (below).
     print(result.report(verdict=not writes))
@@ -151,7 +151,8 @@ def _run_repair(args) -> int:
         return 1
     from .written_check import trace_written_file
 
-    check = trace_written_file(written.output_path, cls.__name__, setup.config, setup.sample, targets, setup.ignore)
+    check = trace_written_file(written.output_path, cls.__name__, setup.config, setup.sample, targets, setup.ignore,
+                               args.unused_inputs)
     print(check.report())
     return 0 if check.traced else 1
 
@@ -225,7 +226,7 @@ def _user_errors() -> tuple[type, ...]:
     from .models import UserInputError
 
     errors: list[type] = [UserInputError, UsageError]
-    for module, name in (("patcher.rewrite.errors", "PatchError"), ("patcher.trace.errors", "TargetMatchError"),
+    for module, name in (("patcher.rewrite.errors", "PatchError"), ("patcher.trace.errors", "TraceArgumentError"),
                          ("patcher.trace.errors", "SampleInputError")):
         loaded = sys.modules.get(module)  # only what the command imported can have been raised
         if loaded is not None:

@@ -6,11 +6,13 @@ device: a real-size config needs no memory for its weights.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import sys
@@ -109,6 +111,9 @@ def resolve_model_class(model_class: str | type, *, pretrained: bool = True) -> 
         raise UserInputError(f"{model_class!r} is a path: name the class too, as FILE.py:ClassName "
                              "(e.g. patched/modeling_llama.py:LlamaForCausalLM)")
     if "." in model_class:
+        if not all(part.isidentifier() for part in model_class.split(".")):
+            raise UserInputError(f"{model_class!r} is not a class name: give a transformers class name "
+                                 "(LlamaForCausalLM), a dotted path (package.module.ClassName) or FILE.py:ClassName")
         module_name, _, attribute = model_class.rpartition(".")
         try:
             module = importlib.import_module(module_name)
@@ -240,23 +245,81 @@ def _config_from_json(path: Path) -> PretrainedConfig:
                              "\"model_type\": \"llama\"")
     from transformers import AutoConfig
 
-    try:
-        config = AutoConfig.for_model(**data)
-    except Exception as exc:  # unknown model_type, values transformers' validators reject
-        cause = str(exc).strip().splitlines()
-        raise UserInputError(f"{path}: invalid config: {' '.join(line.strip() for line in cause)}; fix the value "
-                             "in the file") from None
-    problems = config_problems(config)
-    if problems:
-        raise UserInputError(f"{path}: inconsistent config: {'; '.join(problems)}; fix the values in the file")
+    # transformers warns about what a bad value breaks (token ids outside a vocabulary of 0, an
+    # unknown rope_type): the one line below says it, so its warnings are shown only for a config
+    # that passes
+    with _held_transformers_log() as held:
+        try:
+            config = AutoConfig.for_model(**data)
+        except Exception as exc:  # unknown model_type, values transformers' validators reject
+            cause = str(exc).strip().splitlines()
+            raise UserInputError(f"{path}: invalid config: {' '.join(line.strip() for line in cause)}; fix the "
+                                 "value in the file") from None
+        problems = config_problems(config)
+        if problems:
+            raise UserInputError(f"{path}: invalid config: {'; '.join(problems)}; fix the values in the file")
+        held.pass_on()
     return config
+
+
+class _HeldRecords(logging.Handler):
+    """Log records kept back; :meth:`pass_on` hands them to the handlers they were meant for."""
+
+    def __init__(self, handlers: list[logging.Handler]):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.handlers = handlers
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def pass_on(self) -> None:
+        for record in self.records:
+            for handler in self.handlers or [logging.lastResort]:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+        self.records.clear()
+
+
+@contextlib.contextmanager
+def _held_transformers_log():
+    """Hold back what transformers' loggers print while the block runs; dropped unless passed on."""
+    logger = logging.getLogger("transformers")
+    handlers = list(logger.handlers)
+    held = _HeldRecords(handlers)
+    logger.handlers = [held]
+    try:
+        yield held
+    finally:
+        logger.handlers = handlers
 
 
 _SIZE = re.compile(r"(^num_|_size$|_heads$|_layers$|_dim$|^max_position_embeddings$)")
 
+#: Sizes no model can be built without: 0 (or a float) is a division by zero, an empty vocabulary
+#: or a layer of no width. Other size fields may be 0 in real configs (``head_dim``, ``num_*``
+#: counts of optional parts), so only these must be positive integers.
+POSITIVE_SIZES = ("hidden_size", "vocab_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")
+
+#: No size or count field may exceed this: the largest in transformers' ~800 default configs and
+#: the bundled real ones is 1,440,000 (a chunk size; ``max_position_embeddings`` reaches 1,048,576),
+#: and past 2**63 elements torch cannot even compute a shape (``intermediate_size: 1e40``).
+MAX_SIZE = 2**32
+
+#: Elements of the largest single weight, estimated from the config before anything is built as
+#: ``hidden_size`` x the largest of ``vocab_size`` and the ``*intermediate_size`` fields (the
+#: embedding, the head, an MLP projection): 2**38 elements is 1 TiB in float32, 512 GiB in bf16,
+#: 64 times a 256k vocabulary x 16k hidden, more than any real model has (Llama 3.1 405B: 128k x
+#: 16k; Gemma 3: 262k x 5k).
+MAX_WEIGHT_ELEMENTS = 2**38
+
 
 def config_problems(config) -> list[str]:
-    """Values no model can be built from: negative sizes, heads that do not divide (also in sub-configs)."""
+    """Values no model can be built from, each naming its field (sub-configs as ``text_config.x``)
+    and what is allowed: negative sizes; ``hidden_size``, ``vocab_size``, ``intermediate_size``,
+    ``num_attention_heads``, ``num_hidden_layers`` that are not positive integers; a size above
+    :data:`MAX_SIZE`; a weight above :data:`MAX_WEIGHT_ELEMENTS`; heads that do not divide; a
+    ``rope_type`` transformers does not know for this config."""
     problems: list[str] = []
     seen = set()
 
@@ -265,19 +328,91 @@ def config_problems(config) -> list[str]:
             return
         seen.add(id(cfg))
         values = {key: value for key, value in vars(cfg).items() if not key.startswith("_")}
+        # the file's key for each standard name (GPT-2 writes n_embd for hidden_size)
+        aliases = {target: alias for alias, target in (getattr(cfg, "attribute_map", None) or {}).items()}
+        sizes: dict[str, tuple[str, int]] = {}  # standard name -> (key in the file, value)
         for key, value in sorted(values.items()):
             if isinstance(value, bool):
                 continue
-            if isinstance(value, int) and _SIZE.search(key) and value < 0:
-                problems.append(f"{prefix}{key} is {value}, a size must not be negative")
+            name = aliases.get(key, key)
+            if isinstance(value, (int, float)) and (_SIZE.search(key) or _SIZE.search(name)):
+                problem = _size_problem(name, key, value)
+                if problem:
+                    problems.append(prefix + problem)
+                elif isinstance(value, int):
+                    sizes[name] = (key, value)
+            elif name in POSITIVE_SIZES and value is not None and not isinstance(value, (list, tuple, dict)):
+                problems.append(f"{prefix}{key} is {value!r}; it must be a positive integer")
             elif hasattr(value, "to_dict") and hasattr(value, "model_type") and key.endswith("config"):
                 visit(value, f"{prefix}{key}.")
+        weight = _largest_weight(sizes)
+        if weight:
+            problems.append(prefix + weight)
         heads, kv = values.get("num_attention_heads"), values.get("num_key_value_heads")
         if isinstance(heads, int) and isinstance(kv, int) and not isinstance(kv, bool):
             if kv <= 0 or heads <= 0 or heads % kv:
                 problems.append(f"{prefix}num_key_value_heads ({kv}) must divide num_attention_heads ({heads})")
+        problems.extend(prefix + problem for problem in _rope_problems(cfg, values))
 
     visit(config, "")
+    return problems
+
+
+def _size_problem(name: str, key: str, value: int | float) -> str | None:
+    """What is wrong with size field ``key`` (standard name ``name``) holding ``value``, if anything."""
+    if value < 0:
+        return f"{key} is {value}, a size must not be negative"
+    if name in POSITIVE_SIZES and (isinstance(value, float) or value == 0):
+        return f"{key} is {value!r}; it must be a positive integer"
+    if value > MAX_SIZE:
+        return f"{key} is {value:.3g}, larger than any model's (at most 2**{MAX_SIZE.bit_length() - 1} = {MAX_SIZE})"
+    return None
+
+
+def _largest_weight(sizes: dict[str, tuple[str, int]]) -> str | None:
+    """The problem with the largest weight ``sizes`` imply (hidden x vocabulary or intermediate), if
+    it exceeds :data:`MAX_WEIGHT_ELEMENTS`."""
+    if "hidden_size" not in sizes:
+        return None
+    hidden_key, hidden = sizes["hidden_size"]
+    others = [(value, key) for name, (key, value) in sizes.items()
+              if name == "vocab_size" or name.endswith("intermediate_size")]
+    if not others:
+        return None
+    value, key = max(others)
+    if hidden * value <= MAX_WEIGHT_ELEMENTS:
+        return None
+    limit = MAX_WEIGHT_ELEMENTS.bit_length() - 1
+    return (f"{hidden_key} ({hidden}) x {key} ({value}) is a weight of {hidden * value:.3g} elements, over the limit "
+            f"of 2**{limit} ({MAX_WEIGHT_ELEMENTS * 4 // 2**40} TiB in float32) that no real model comes near")
+
+
+def _rope_problems(cfg, values: dict) -> list[str]:
+    """A ``rope_type`` (in ``rope_parameters``, per layer type too, or ``rope_scaling``) that
+    transformers does not know for this config: neither one of its RoPE functions nor a type the
+    config class validates (the model would fail to build with a KeyError)."""
+    key = "rope_parameters" if isinstance(values.get("rope_parameters"), dict) else "rope_scaling"
+    parameters = values.get(key)
+    if not isinstance(parameters, dict) or not parameters:
+        return []
+    try:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    except ImportError:
+        return []
+    known = {"default", *ROPE_INIT_FUNCTIONS}
+    known.update(name[len("_validate_"):-len("_rope_parameters")] for name in dir(type(cfg))
+                 if name.startswith("_validate_") and name.endswith("_rope_parameters"))
+    nested = all(isinstance(value, dict) or value is None for value in parameters.values())
+    shown = "rope_parameters (rope_scaling in older configs)" if key == "rope_parameters" else key
+    groups = {f"{key}.{layer}": value for layer, value in parameters.items() if isinstance(value, dict)} \
+        if nested else {shown: parameters}
+    model_type = getattr(cfg, "model_type", "") or type(cfg).__name__
+    problems = []
+    for where, group in groups.items():
+        rope_type = group.get("rope_type", group.get("type", "default"))
+        if not isinstance(rope_type, str) or rope_type not in known:
+            problems.append(f"{where} has rope_type {rope_type!r}, which transformers does not know for "
+                            f"{model_type} (known: {', '.join(sorted(known))})")
     return problems
 
 

@@ -11,6 +11,8 @@ from typing import Any, Callable
 import torch
 from transformers import PretrainedConfig
 
+from .normalize import sample_shape
+
 MultimodalBuilder = Callable[..., dict[str, Any]]
 _MULTIMODAL_BUILDERS: dict[str, MultimodalBuilder] = {}
 
@@ -46,7 +48,12 @@ def text_sample(
     device: str | torch.device = "cpu",
     generator: torch.Generator | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``input_ids`` and ``attention_mask`` (left padding on the first row when asked)."""
+    """``input_ids`` and ``attention_mask`` (left padding on the first row when asked).
+
+    ``batch_size`` and ``seq_len`` are ints >= 1 with at most
+    :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens in all (else ``TypeError``/``ValueError``,
+    before anything is allocated)."""
+    batch_size, seq_len = sample_shape(batch_size, seq_len)
     vocab_size = config.get_text_config().vocab_size
     input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
     attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)

@@ -31,6 +31,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .files import write_atomic
 from .models import build_model, resolve_model_class
+from .normalize import module_entries
+from .registry.ignore import resolve_ignore
 from .registry.origins import original_line
 from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
 from .trace.diagnose import UntraceableConstruct
@@ -186,7 +188,8 @@ def load_traceable(
     """Return a traceable variant of ``model_class``: same name, same config class, same weights.
 
     ``targets`` are never hidden inside wrapped code; ``ignore`` names extra functions or
-    methods to wrap; ``locations`` are ``(line, rule)`` pairs of the original file to rewrite
+    methods to wrap (both read by :mod:`patcher.normalize`: a single string or module class is
+    one entry); ``locations`` are ``(line, rule)`` pairs of the original file to rewrite
     (``repair`` fills them). The patch result (manifest, rewrites, blockers) is attached as
     ``cls.__tracezoo_patch__``.
 
@@ -202,6 +205,8 @@ def load_traceable(
     """
     from .rewrite import patch_source
 
+    targets = module_entries(targets, "targets")
+    ignore = module_entries(ignore, "ignore", functions=True)
     cls = resolve_model_class(model_class, pretrained=False)
     if cls.__module__.startswith(GENERATED_PREFIX):
         if targets or ignore or locations:
@@ -276,21 +281,25 @@ def repair(
     model_class: str | type,
     config,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str] | str,
-    ignore: Sequence[str] = DEFAULT_IGNORE,
+    sequential_targets: Iterable[str | type] | str | type,
+    ignore: Iterable[str | type] | str | type | None = DEFAULT_IGNORE,
     max_rounds: int = 12,
     cache_dir: str | os.PathLike | None = None,
+    unused_inputs: Iterable[str] | str = (),
 ) -> RepairResult:
     """Patch, trace, map the failure to the original source, rewrite it, repeat.
 
     The model is built on the ``meta`` device from ``config``; ``sample_input`` only needs the
     right keys and shapes. Stops when the model traces, when a failure repeats at a line already
     rewritten, or when the failure lies outside the patched file and no statement of the patched
-    file leads to it.
+    file leads to it. Targets, ignore entries and ``unused_inputs`` read as in
+    :func:`~patcher.trace.trace_graph` (a single string or module class is one entry;
+    :mod:`patcher.normalize`).
     """
     cls = resolve_model_class(model_class)
     source, _, source_path = _source_of(cls)
-    targets = [sequential_targets] if isinstance(sequential_targets, str) else list(sequential_targets)
+    targets = module_entries(sequential_targets, "sequential_targets")
+    ignore = resolve_ignore(ignore)
     target_classes = class_name_entries(targets)
     result = RepairResult(model_class=None)
     tried: set[int] = set()
@@ -300,7 +309,7 @@ def repair(
         generated = Path(generated_file).read_text(encoding="utf-8")
         model = build_model(traceable, config, device="meta")
         try:
-            trace_graph(model, sample_input, targets, ignore)
+            trace_graph(model, sample_input, targets, ignore, unused_inputs)
         except UntraceableCodeError as error:
             construct = error.construct
             original_exc = error.__cause__ or error

@@ -77,7 +77,8 @@ def _unpatched_submodules(model, module) -> tuple[str, ...]:
 
 
 def trace_written_file(path: str | Path, class_name: str, config, sample: Mapping[str, Any],
-                       targets: Sequence[str], ignore: Sequence[str]) -> WrittenTrace:
+                       targets: Sequence[str], ignore: Sequence[str],
+                       unused_inputs: Sequence[str] = ()) -> WrittenTrace:
     """Import ``class_name`` from the written ``path``, build it on meta from ``config`` and trace it."""
     from .models import build_model
     from .trace import TracingError, trace_graph
@@ -88,7 +89,7 @@ def trace_written_file(path: str | Path, class_name: str, config, sample: Mappin
     model = build_model(getattr(module, class_name), config, device="meta")
     result.unpatched = _unpatched_submodules(model, module)
     try:
-        trace_graph(model, sample, list(targets), list(ignore))
+        trace_graph(model, sample, list(targets), list(ignore), unused_inputs)
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         result.error = construct.describe() if construct is not None else f"  {exc}"

@@ -9,6 +9,7 @@ the few that need a separate process (signals, a crashing parser) are in test_fi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -30,6 +31,13 @@ MODEL = (
     "    def forward(self, x):\n"
     "        assert x.sum() > 0, 'empty'\n"
     "        return x\n"
+)
+#: A model that does not read attention_mask (eager ignores it too): --unused-input attention_mask says so
+MASK_FREE = (
+    "from transformers import LlamaForCausalLM\n\n\n"
+    "class MaskFreeLlama(LlamaForCausalLM):\n"
+    "    def forward(self, input_ids=None, attention_mask=None, **kwargs):\n"
+    "        return super().forward(input_ids=input_ids, **kwargs)\n"
 )
 LLAMA = {"model_type": "llama", "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
          "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -238,6 +246,18 @@ ROWS = [
         ("num_key_value_heads (3) must divide num_attention_heads (4)",)),
     Row("trace-kv-heads-zero", lambda t: ["trace", "LlamaForCausalLM", cfg(t, num_key_value_heads=0)], 2,
         ("num_key_value_heads (0)",)),
+    Row("trace-hidden-size-zero", lambda t: ["trace", "LlamaForCausalLM", cfg(t, hidden_size=0)], 2,
+        ("config.json", "hidden_size is 0", "positive integer")),
+    Row("trace-vocab-size-zero", lambda t: ["trace", "LlamaForCausalLM", cfg(t, vocab_size=0)], 2,
+        ("config.json", "vocab_size is 0", "positive integer")),
+    Row("trace-unknown-rope-type",
+        lambda t: ["trace", "LlamaForCausalLM", cfg(t, rope_scaling={"rope_type": "nosuch", "factor": 2.0})], 2,
+        ("config.json", "rope_type 'nosuch'", "known: ", "yarn")),
+    Row("trace-intermediate-size-1e40", lambda t: ["trace", "LlamaForCausalLM", cfg(t, intermediate_size=10**40)],
+        2, ("config.json", "intermediate_size is 1e+40", "at most 2**32")),
+    Row("trace-weight-too-large", lambda t: ["trace", "LlamaForCausalLM", cfg(t, hidden_size=2**20, vocab_size=2**20,
+                                                                            head_dim=8)], 2,
+        ("config.json", "hidden_size (1048576) x vocab_size (1048576)", "2**38")),
     Row("trace-config-of-other-architecture", lambda t: ["trace", "MistralForCausalLM", cfg(t)], 2,
         ("expects a MistralConfig", "LlamaConfig")),
     Row("trace-missing-local-dir", lambda t: ["trace", "LlamaForCausalLM", "./no-such-checkpoint"], 2,
@@ -266,8 +286,12 @@ ROWS = [
         ("not a transformers model class",)),
     Row("trace-folder-without-class", lambda t: ["trace", out(t) + ":LlamaForCausalLM", cfg(t)], 2,
         ("defines class 'LlamaForCausalLM'",)),
+    Row("trace-class-name-dots", lambda t: ["trace", "....", cfg(t)], 2, ("'....' is not a class name",)),
     Row("trace-file-syntax-error", lambda t: ["trace", src(t, "x = (\n") + ":M", cfg(t)], 2, ("syntax error",)),
     Row("trace-missing-argument", lambda t: ["trace", "LlamaForCausalLM"], 2, ("MODEL_ID",)),
+    Row("trace-unused-input-unknown",
+        lambda t: ["trace", "LlamaForCausalLM", cfg(t), "--unused-input", "attention_mask", "nosuch"], 2,
+        ("--unused-input", "'nosuch'", "sample inputs: attention_mask, input_ids")),
     # ---- graph
     Row("graph-unknown-format", lambda t: ["graph", "LlamaForCausalLM", cfg(t), "-o", str(t / "g.xyz")], 2,
         ("cannot tell the format",)),
@@ -286,12 +310,34 @@ ROWS = [
         ("match no module",)),
     Row("graph-missing-dir", lambda t: ["graph", "LlamaForCausalLM", "./nope/", "-o", str(t / "g.dot")], 2,
         ("no such file or directory",)),
+    Row("graph-unused-input-unknown",
+        lambda t: ["graph", "LlamaForCausalLM", cfg(t), "-o", str(t / "g.dot"), "--unused-input", "nosuch"], 2,
+        ("--unused-input", "'nosuch'", "sample inputs: attention_mask, input_ids")),
+    Row("graph-unused-input-honoured",
+        lambda t: ["graph", src(t, MASK_FREE, name="mask_free.py") + ":MaskFreeLlama", cfg(t), "-o",
+                   out(t) + "/g.dot", "--unused-input", "attention_mask"], 0, written=("g.dot",)),
+    # ---- plan
+    Row("plan-seq-len-huge", lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--seq-len", "100000000000"], 2,
+        ("--seq-len 100000000000", "tokens per batch", "limit is 16777216")),
+    Row("plan-batch-huge", lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--batch", "10000000000"], 2,
+        ("--batch 10000000000", "limit is 16777216", "lower --batch")),
+    Row("plan-targets-match-nothing",
+        lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--seq-len", "8", "--targets", "Nope"], 2,
+        ("'Nope' match no module",)),
+    Row("plan-unused-input-unknown",
+        lambda t: ["plan", "LlamaForCausalLM", cfg(t), "--seq-len", "8", "--samples", "2", "--unused-input",
+                   "nosuch"], 2, ("--unused-input", "'nosuch'", "sample inputs: attention_mask, input_ids")),
+    Row("plan-unused-input-honoured",
+        lambda t: ["plan", src(t, MASK_FREE, name="mask_free.py") + ":MaskFreeLlama", cfg(t), "--seq-len", "8",
+                   "--samples", "2", "--unused-input", "attention_mask"], 0, ("memory plan for MaskFreeLlama",)),
     # ---- repair
     Row("repair-unknown-class", lambda t: ["repair", "transformers.NoSuch", cfg(t)], 2, ("no class 'NoSuch'",)),
     Row("repair-invalid-json", lambda t: ["repair", "LlamaForCausalLM", cfg(t, text="{")], 2, ("invalid json",)),
     Row("repair-missing-dir", lambda t: ["repair", "LlamaForCausalLM", "./nope"], 2, ("no such file or directory",)),
     Row("repair-config-of-other-architecture", lambda t: ["repair", "MistralForCausalLM", cfg(t)], 2,
         ("expects a MistralConfig",)),
+    Row("repair-unused-input-unknown", lambda t: ["repair", "LlamaForCausalLM", cfg(t), "--unused-input", "nosuch"],
+        2, ("--unused-input", "'nosuch'")),
     Row("repair-o-onto-users-file", lambda t: ["repair", "LlamaForCausalLM", cfg(t), "-o",
                                                out(t, {"modeling_llama.py": "mine\n"})], 2,
         ("not generated by the patcher", "--force")),
@@ -374,3 +420,126 @@ def test_trace_accepts_a_patched_file_and_its_folder(tmp_path, capsys):
     for spec in (f"{tmp_path / 'p' / 'modeling_llama.py'}:LlamaForCausalLM", f"{tmp_path / 'p'}:LlamaForCausalLM"):
         status, output = _run(["trace", spec, config], capsys)
         assert status == 0 and "Successfully traced model into 2 subgraphs!" in output, output
+
+
+# ---- the Python API's list and count arguments: one reading everywhere (patcher.normalize)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{k: v for k, v in LLAMA.items() if k != "model_type"})
+    model = LlamaForCausalLM(config).eval()
+    return model, {"input_ids": torch.randint(0, 64, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+
+
+def _entry_point(name, model, sample, config_path):
+    """Call entry point ``name`` with keyword arguments, on the tiny Llama (or its config file)."""
+    from patcher import attempt_trace, trace_graph, trace_subgraphs
+    from patcher.plan import plan_model
+
+    targets = {"sequential_targets": ["LlamaDecoderLayer"]}
+    return {
+        "trace_subgraphs": lambda **kw: trace_subgraphs(model, sample, **{**targets, **kw}),
+        "trace_graph": lambda **kw: trace_graph(model, sample, **{**targets, **kw}),
+        "attempt_trace": lambda **kw: attempt_trace("LlamaForCausalLM", config_path, out=io.StringIO(),
+                                                    **{**targets, **kw}),
+        "plan_model": lambda **kw: plan_model(config_path, "LlamaForCausalLM", seq_len=8, samples=2,
+                                              **{**targets, **kw}),
+    }[name]
+
+
+BAD_API_ARGUMENTS = [
+    ("targets-int", {"sequential_targets": 3}, ("sequential_targets", "got 3 (int)", "nn.Module subclass")),
+    ("targets-instance", {"sequential_targets": [object()]}, ("sequential_targets[0]", "(object)")),
+    ("ignore-int", {"ignore": 5}, ("ignore", "got 5 (int)")),
+    ("ignore-none-entry", {"ignore": [None]}, ("ignore[0] is None",)),
+    ("extra-ignore-int", {"extra_ignore": 7}, ("extra_ignore", "got 7 (int)")),
+    ("per-subgraph-float", {"targets_per_subgraph": 1.5}, ("targets_per_subgraph", "int >= 1", "1.5 (float)")),
+    ("per-subgraph-str", {"targets_per_subgraph": "2"}, ("targets_per_subgraph", "'2' (str)")),
+    ("unused-inputs-int", {"unused_inputs": 3}, ("unused_inputs", "got 3 (int)")),
+]
+TAKES = {"trace_subgraphs": {"sequential_targets", "ignore", "targets_per_subgraph", "unused_inputs"},
+         "trace_graph": {"sequential_targets", "ignore", "unused_inputs"},
+         "attempt_trace": {"sequential_targets", "ignore", "extra_ignore", "targets_per_subgraph", "unused_inputs"},
+         "plan_model": {"sequential_targets", "ignore", "extra_ignore", "targets_per_subgraph"}}
+
+
+@pytest.mark.parametrize("entry, case", [(entry, case) for case in BAD_API_ARGUMENTS for entry in sorted(TAKES)
+                                         if set(case[1]) <= TAKES[entry]],
+                         ids=lambda value: value if isinstance(value, str) else value[0])
+def test_api_argument_of_the_wrong_type_is_a_type_error_naming_it(entry, case, tiny_llama, tmp_path):
+    _, kwargs, says = case
+    call = _entry_point(entry, *tiny_llama, cfg(tmp_path))
+    with pytest.raises(TypeError) as caught:
+        call(**kwargs)
+    for fragment in says:
+        assert fragment in str(caught.value)
+
+
+def test_api_module_class_and_single_string_are_one_entry(tiny_llama, tmp_path):
+    """A class means its name (what matching compares); a single string is one entry, never its letters."""
+    import torch
+    from torch import nn
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
+
+    from patcher import DEFAULT_IGNORE, attempt_trace, trace_subgraphs
+    from patcher.plan import plan_model
+
+    model, sample = tiny_llama
+    by_name = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+    for targets in ([LlamaDecoderLayer], LlamaDecoderLayer, "LlamaDecoderLayer"):
+        assert [s.targets for s in trace_subgraphs(model, sample, targets)] == [s.targets for s in by_name]
+    ignored = trace_subgraphs(model, sample, "LlamaDecoderLayer", ignore=[*DEFAULT_IGNORE, LlamaRMSNorm])
+    assert [s.targets for s in ignored] == [s.targets for s in by_name]
+    assert len(attempt_trace("LlamaForCausalLM", cfg(tmp_path), sequential_targets=LlamaDecoderLayer,
+                             out=io.StringIO())) == 2
+    assert len(plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=8, samples=2,
+                          sequential_targets=[LlamaDecoderLayer]).subgraphs) == 2
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(x)
+
+    class DiscardsPixels(nn.Module):  # eager ignores the pixels too: declared with unused_inputs
+        def __init__(self):
+            super().__init__()
+            self.vision = nn.Linear(4, 4)
+            self.block = Block()
+
+        def forward(self, x, pixel_values=None):
+            self.vision(pixel_values)
+            return self.block(x)
+
+    pixels = {"x": torch.randn(2, 4), "pixel_values": torch.randn(1, 4)}
+    assert len(trace_subgraphs(DiscardsPixels().eval(), pixels, Block, unused_inputs="pixel_values")) == 2
+
+
+def test_api_empty_subgraph_list_is_refused(tiny_llama):
+    from patcher import run_subgraphs, trace_subgraphs
+    from patcher.plan import plan_memory
+
+    model, sample = tiny_llama
+    with pytest.raises(ValueError, match="run_subgraphs: subgraphs is empty"):
+        run_subgraphs(model, [], sample)
+    with pytest.raises(ValueError, match="plan_memory: subgraphs is empty"):
+        plan_memory(model, [], sample)
+    with pytest.raises(TypeError, match="wrap a single one in a list"):
+        run_subgraphs(model, trace_subgraphs(model, sample, ["LlamaDecoderLayer"])[0], sample)
+
+
+def test_api_sample_too_large_is_refused_before_anything_is_allocated(tmp_path):
+    from patcher.models import load_config
+    from patcher.plan import plan_model
+    from patcher.samples import text_sample
+
+    with pytest.raises(ValueError, match=r"seq_len 100000000000 is 100000000000 tokens per batch.*limit is 16777216"):
+        plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=10**11)
+    with pytest.raises(ValueError, match=r"batch_size 10000000000 x seq_len 16 .*lower batch_size"):
+        text_sample(load_config(cfg(tmp_path)), batch_size=10**10)

@@ -5,7 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["patcher.partition.subgraph", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.attempt",
+MODULES = ["patcher.normalize",
+           "patcher.partition.subgraph", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.attempt",
            "patcher.plan.memory", "patcher.plan.report", "patcher.towers", "patcher.trace.tracer"]
 
 

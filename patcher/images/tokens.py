@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..config_tokens import special_tokens
+from ..normalize import sample_shape
 
 
 def first_field(config, names, default=None):
@@ -48,6 +49,7 @@ def check_counts(batch_size: int, seq_len: int, num_images: int, left_padding: i
                          "use multimodal=False for a text-only sample")
     if not 0 <= left_padding < seq_len:
         raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
+    sample_shape(batch_size, seq_len)  # the text tokens alone within MAX_SAMPLE_TOKENS, before any is built
 
 
 def token_rows(config, batch_size: int, seq_len: int, spans: list[list[int]], left_padding: int,

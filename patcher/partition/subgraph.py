@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import fx, nn
 
+from ..normalize import positive_int
 from ..trace.errors import MissingInputError
 from ..trace.runtime import TraceRecord
 from ..trace.hooks import check_run_time
@@ -80,18 +81,24 @@ class Subgraph:
 def trace_subgraphs(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] | str | None = None,
+    sequential_targets: Iterable[str | type] | str | type,
+    ignore: Iterable[str | type] | str | type | None = None,
     targets_per_subgraph: int = 1,
-    unused_inputs: Iterable[str] = (),
+    unused_inputs: Iterable[str] | str = (),
 ) -> list[Subgraph]:
     """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
 
-    ``ignore=None`` (the default) means ``DEFAULT_IGNORE``, as everywhere in tracezoo; ``[]``
-    ignores nothing; a single string is one entry.
+    ``sequential_targets`` and ``ignore`` entries are names, ``re:`` patterns or ``nn.Module``
+    subclasses (``[LlamaDecoderLayer]`` means ``["LlamaDecoderLayer"]``); a single string or class
+    is one entry. ``ignore=None`` (the default) means ``DEFAULT_IGNORE``, as everywhere in
+    tracezoo; ``[]`` ignores nothing. ``targets_per_subgraph`` is an int >= 1.
 
-    ``unused_inputs`` names sample inputs the model does not read (see :func:`trace_graph`):
-    any other sample tensor that does not reach the output is an error, never a silent drop.
+    ``unused_inputs`` names sample inputs the model does not read (see :func:`trace_graph`; a
+    single string is one name): any other sample tensor that does not reach the output is an
+    error, never a silent drop.
+
+    An argument of the wrong type raises ``TypeError``, a ``targets_per_subgraph`` below 1
+    ``ValueError``, both naming the argument (:mod:`patcher.normalize`), before anything is traced.
 
     Example (a tiny Llama built from its config)::
 
@@ -109,8 +116,7 @@ def trace_subgraphs(
         >>> torch.equal(outputs["logits"], model(**sample).logits)
         True
     """
-    if targets_per_subgraph < 1:
-        raise ValueError(f"targets_per_subgraph must be >= 1, got {targets_per_subgraph}")
+    targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     traced = trace_graph(model, sample_input, sequential_targets, ignore, unused_inputs)
     with gc_paused():
         return partition_graph(traced, model, targets_per_subgraph)
@@ -124,7 +130,9 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
 
     Graph order is execution order, so in-place nodes (``setitem``) stay after the values they
     mutate and before their readers. Every lookup is a dict, so the cost is linear in nodes.
+    ``targets_per_subgraph`` is an int >= 1 (else ``TypeError``/``ValueError``).
     """
+    targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     graph = traced.graph
     target_names = set(traced.target_names)
     target_calls = [node for node in graph.find_nodes(op="call_module") if node.target in target_names]
@@ -247,6 +255,24 @@ def _is_module(model: nn.Module, target: str) -> bool:
     return isinstance(value, nn.Module)
 
 
+def subgraph_list(subgraphs: Any, function: str) -> list[Subgraph]:
+    """``subgraphs`` as a non-empty list of :class:`Subgraph`: ``TypeError`` for another type (a
+    single subgraph included), ``ValueError`` for an empty list."""
+    if isinstance(subgraphs, (Subgraph, str, bytes)) or not hasattr(subgraphs, "__iter__"):
+        hint = " (wrap a single one in a list)" if isinstance(subgraphs, Subgraph) else ""
+        raise TypeError(f"{function}: subgraphs must be the list of Subgraph that trace_subgraphs returns; got "
+                        f"{type(subgraphs).__name__}{hint}")
+    subgraphs = list(subgraphs)
+    if not subgraphs:
+        raise ValueError(f"{function}: subgraphs is empty, so nothing would run; pass the list trace_subgraphs "
+                         "returns (it always holds at least one subgraph)")
+    for index, subgraph in enumerate(subgraphs):
+        if not isinstance(subgraph, Subgraph):
+            raise TypeError(f"{function}: subgraphs[{index}] is a {type(subgraph).__name__}, not a Subgraph; pass "
+                            "the list trace_subgraphs returns")
+    return subgraphs
+
+
 def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Run the subgraphs in order, handing activations on; return the model's outputs.
 
@@ -257,8 +283,11 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     value only. The model must be the one traced (same structure, checked once per model) and in
     the same train/eval mode (:class:`~patcher.TrainingModeError`, :class:`~patcher.ModelMismatchError`).
     Values no later subgraph needs are dropped as soon as their last reader has run.
+    ``subgraphs`` is the non-empty list :func:`trace_subgraphs` returned (else ``TypeError`` or
+    ``ValueError``: no subgraph would run, and the result would be empty).
     """
-    record = subgraphs[0].record if subgraphs else None
+    subgraphs = subgraph_list(subgraphs, "run_subgraphs")
+    record = subgraphs[0].record
     if record is not None:
         record.check_model_inputs(inputs, "run_subgraphs")
         record.check_structure(model, "run_subgraphs")

@@ -19,6 +19,7 @@ SAMPLES, GPTQ Hessians (in_features^2 fp32 per nn.Linear in its targets), the GP
 only this subgraph on the device, and the CPU cache of activations handed on. Parameter and
 activation bytes are exact; the intermediate peak inside a subgraph is an estimate (values of
 the graph only; the inside of a called module such as attention scores is not counted).
+Token ids and masks are real tensors: BATCH x SEQ_LEN may be at most {max_tokens} (2**{max_tokens_log2}) tokens.
 Exit status: 0 planned, 1 failed to trace, 2 bad arguments.
 """
 
@@ -26,12 +27,14 @@ Exit status: 0 planned, 1 failed to trace, 2 bad arguments.
 def add_plan_parser(subparsers) -> None:
     from ..arguments import add_model_arguments
     from ..models import model_id_help
+    from ..normalize import MAX_SAMPLE_TOKENS
 
     parser = subparsers.add_parser(
         "plan",
         help="GPU and CPU memory per subgraph for sequential calibration, before the run",
         description="Predict the memory of a sequential calibration run (GPTQ or none) from a meta-device trace.",
-        epilog=PLAN_EPILOG.format(model_ids=model_id_help()),
+        epilog=PLAN_EPILOG.format(model_ids=model_id_help(), max_tokens=MAX_SAMPLE_TOKENS,
+                                  max_tokens_log2=MAX_SAMPLE_TOKENS.bit_length() - 1),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_arguments(parser)
@@ -49,12 +52,20 @@ def add_plan_parser(subparsers) -> None:
 def run_plan(args) -> int:
     from ..models import check_model_id
 
-    if min(args.batch, args.seq_len, args.samples, args.targets_per_subgraph) < 1:
-        print("patcher plan: error: --batch, --seq-len, --samples and --targets-per-subgraph must be >= 1",
-              file=sys.stderr)
+    from ..normalize import sample_shape
+
+    try:
+        for option, value in (("--batch", args.batch), ("--seq-len", args.seq_len), ("--samples", args.samples),
+                              ("--targets-per-subgraph", args.targets_per_subgraph)):
+            if value < 1:
+                raise ValueError(f"{option} must be >= 1; got {value}")
+        sample_shape(args.batch, args.seq_len, names=("--batch", "--seq-len"))  # before anything is built
+    except ValueError as exc:
+        print(f"patcher plan: error: {exc}", file=sys.stderr)
         return 2
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..trace import TracingError
+    from ..trace.errors import TraceArgumentError
     from .report import format_plan, plan_model
 
     try:
@@ -62,7 +73,10 @@ def run_plan(args) -> int:
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,
                           sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
                           extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph,
-                          towers=args.towers)
+                          towers=args.towers, unused_inputs=args.unused_inputs)
+    except TraceArgumentError as exc:  # targets that match nothing, an unknown --unused-input: a usage error
+        print(f"patcher plan: error: {exc}", file=sys.stderr)
+        return 2
     except TracingError as exc:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {args.model_class}:", file=sys.stderr)

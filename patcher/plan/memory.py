@@ -20,7 +20,9 @@ from torch import fx, nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
+from ..normalize import positive_int
 from ..partition import Subgraph
+from ..partition.subgraph import subgraph_list
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
 from .module_cache import ModuleCache, all_meta, fresh_copy
 
@@ -340,7 +342,8 @@ def plan_memory(
 
     ``model`` may be on the meta device (the usual case) or real: only shapes and dtypes are
     read. ``algorithm`` is ``"none"`` or ``"gptq"`` (Hessians of in_features^2 fp32 per
-    nn.Linear inside each subgraph's targets).
+    nn.Linear inside each subgraph's targets). ``subgraphs`` is the non-empty list
+    ``trace_subgraphs`` returned and ``samples`` an int >= 1 (else ``TypeError``/``ValueError``).
 
     >>> import torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -356,12 +359,11 @@ def plan_memory(
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    subgraphs = subgraph_list(subgraphs, "plan_memory")
     tensors = [value for value in sample.values() if isinstance(value, torch.Tensor)]
     batch_size = tensors[0].shape[0] if tensors and tensors[0].ndim else 1
     seq_len = int(tensors[0].shape[1]) if tensors and tensors[0].ndim > 1 else None
-    samples = batch_size if samples is None else samples
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
+    samples = batch_size if samples is None else positive_int(samples, "samples")
     batches = math.ceil(samples / batch_size)
     # large values on meta; integer tensors (ids, masks, image grids) keep their values
     intermediates = {key: value if _is_integer(value) else _to_meta(value) for key, value in sample.items()}

@@ -60,27 +60,43 @@ def plan_model(
     samples: int = 512,
     algorithm: str = "none",
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
-    extra_ignore: Iterable[str] | str = (),
+    sequential_targets: Iterable[str | type] | str | type | None = None,
+    ignore: Iterable[str | type] | str | type | None = None,
+    extra_ignore: Iterable[str | type] | str | type = (),
     targets_per_subgraph: int = 1,
-    towers: Iterable[str] = (),
+    towers: Iterable[str] | str = (),
+    unused_inputs: Iterable[str] | str = (),
 ) -> MemoryPlan:
     """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
     ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
+
+    Targets and ignore entries read as in :func:`patcher.attempt.prepare_trace` (names, ``re:``
+    patterns or ``nn.Module`` subclasses; a single string or class is one entry);
+    ``unused_inputs`` names sample inputs the model does not read, as in
+    :func:`~patcher.partition.trace_subgraphs`.
+    ``batch_size``, ``seq_len``, ``samples`` and ``targets_per_subgraph`` are ints >= 1, and a
+    batch holds at most :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens. A wrong type raises
+    ``TypeError``, a wrong value ``ValueError``, naming the argument, before the model is built
+    (:mod:`patcher.normalize`).
 
     >>> plan = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=2048, samples=512, algorithm="gptq")
     >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
     (33, 17842176)
     """
     from ..attempt import prepare_trace
+    from ..normalize import input_names, positive_int, sample_shape
     from ..partition import trace_subgraphs
 
+    batch_size, seq_len = sample_shape(batch_size, seq_len)
+    samples = positive_int(samples, "samples")
+    targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
+    unused_inputs = input_names(unused_inputs, "unused_inputs")
     # the sample on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
                           device="cpu", batch_size=batch_size, seq_len=seq_len)
     sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
-    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
+    subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph,
+                                unused_inputs)
     return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
                        name=f"{setup.model_class.__name__} ({model_id})")

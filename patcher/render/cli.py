@@ -29,9 +29,10 @@ argument it is passed as). Model inputs are at the top, outputs at the bottom.
 --collapse auto (default) draws one box per subgraph above {subgraphs} subgraphs or {nodes} nodes.
 
 The format comes from the file name: .svg, .png and .pdf run Graphviz's `dot` program
-(apt-get install graphviz), .dot writes the DOT text. Targets and ignore entries work as in
-`patcher trace`. FILE is written whole or not at all: the picture goes to a temporary file next
-to it, renamed over FILE once complete, so an interrupted or failed run leaves FILE as it was.
+(apt-get install graphviz), .dot writes the DOT text. Targets, ignore entries and --unused-input
+work as in `patcher trace`. FILE is written whole or not at all: the picture goes to a temporary
+file next to it, renamed over FILE once complete, so an interrupted or failed run leaves FILE as
+it was.
 Exit status: 0 written, 1 failed to trace, 2 bad arguments or Graphviz missing, 130 interrupted.
 """
 
@@ -69,7 +70,8 @@ def run_graph(args) -> int:
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..arguments import prepare_from_arguments
     from ..partition import partition_graph
-    from ..trace import TargetMatchError, TracingError, trace_graph
+    from ..trace import TracingError, trace_graph
+    from ..trace.errors import TraceArgumentError
     from . import GRAPHVIZ_FORMATS, TEXT_FORMATS, GraphvizNotFoundError, find_dot, render_partition, should_collapse
 
     fmt = args.output.rsplit(".", 1)[-1].lower() if "." in args.output else ""
@@ -100,9 +102,9 @@ def run_graph(args) -> int:
     cls, model, targets = setup.model_class, setup.model, setup.targets
     print(f"Tracing {cls.__name__} ({args.model_id}) on the meta device, targets: {', '.join(targets)}")
     try:
-        traced = trace_graph(model, setup.sample, targets, setup.ignore)
+        traced = trace_graph(model, setup.sample, targets, setup.ignore, args.unused_inputs)
         subgraphs = partition_graph(traced, model, args.targets_per_subgraph)
-    except TargetMatchError as exc:
+    except TraceArgumentError as exc:  # targets that match nothing, an unknown --unused-input
         print(f"patcher graph: error: {exc}", file=sys.stderr)
         return 2
     except TracingError as exc:

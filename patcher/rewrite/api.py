@@ -15,6 +15,7 @@ from typing import Sequence
 import libcst as cst
 
 from ..files import stale_files, write_pair_atomic
+from ..normalize import module_entries
 from ..registry.origins import line_map
 from ..registry.rules import NO_RULE, RULES
 from . import file_header as hdr
@@ -90,7 +91,9 @@ def patch_source(
     `module_name` (e.g. ``transformers.models.llava.modeling_llava``) makes relative imports
     absolute; without it, it is inferred from `source_path`'s packages. `targets`: class names of
     the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
-    method names to call opaquely (added to ``registry.ignore.FORWARDED_BY_REWRITER``: the tracer's DEFAULT_IGNORE less its checks and tower helpers). `locations`:
+    method names to call opaquely (added to ``registry.ignore.FORWARDED_BY_REWRITER``: the tracer's
+    DEFAULT_IGNORE less its checks and tower helpers). For both, a single string or ``nn.Module``
+    subclass is one entry (:mod:`patcher.normalize`). `locations`:
     ``(lineno, rule code or symptom key)`` pairs (lines of `source`) from tracer failures, rewritten even
     where static detection sees nothing; a string instead of a line number names a function or
     method to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
@@ -103,6 +106,8 @@ def patch_source(
     >>> patch_source(r.code).code == r.code
     True
     """
+    targets = module_entries(targets, "targets")
+    ignore = module_entries(ignore, "ignore", functions=True)
     fields, body = hdr.split_header(source)
     offset = source[: len(source) - len(body)].count("\n")  # header lines: locations index `source`
     module_name = module_name or fields.get("source module") or _infer_module(source_path)

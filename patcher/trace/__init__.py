@@ -11,11 +11,12 @@ from .errors import (
     SampleInputError,
     StateChangeError,
     TargetMatchError,
+    TraceArgumentError,
     TracingError,
     TrainingModeError,
     UntraceableCodeError,
 )
-from .liveness import DroppedInputError
+from .liveness import DroppedInputError, UnknownInputError
 from .graph_runtime import TracedGraph
 from .tracer import DEFAULT_IGNORE, SequentialTracer, trace_graph
 
@@ -32,9 +33,11 @@ __all__ = [
     "SequentialTracer",
     "StateChangeError",
     "TargetMatchError",
+    "TraceArgumentError",
     "TracedGraph",
     "TracingError",
     "TrainingModeError",
+    "UnknownInputError",
     "UntraceableCodeError",
     "UntraceableConstruct",
     "diagnose",

@@ -7,7 +7,13 @@ class TracingError(Exception):
     """Base class of tracezoo's tracing errors."""
 
 
-class TargetMatchError(TracingError, ValueError):
+class TraceArgumentError(TracingError, ValueError):
+    """An argument of the trace names what is not there (targets that match no module, an
+    ``unused_inputs`` name the sample lacks): a mistake in the call, found before tracing, not a
+    construct that fails to trace. The CLI reports it as a usage error (exit 2)."""
+
+
+class TargetMatchError(TraceArgumentError):
     """A ``sequential_targets`` entry matches nothing, or targets nest."""
 
 

@@ -22,7 +22,7 @@ from torch import fx
 
 from ..registry.origins import noted_origin
 from ..registry.wrapped import CHECK_PREFIX
-from .errors import TracingError
+from .errors import TraceArgumentError, TracingError
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _TRACE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -45,6 +45,20 @@ class DroppedInputError(TracingError):
         self.inputs = inputs
         self.calls = calls
         self.location = location
+
+
+class UnknownInputError(DroppedInputError, TraceArgumentError):
+    """``unused_inputs`` names an input the sample does not have (a misspelt name): raised before
+    tracing, a usage error (the CLI exits 2)."""
+
+
+def check_unused_inputs_known(sample: Mapping[str, Any], unused_inputs: Iterable[str]) -> None:
+    """Raise :class:`UnknownInputError` when ``unused_inputs`` names an input ``sample`` lacks."""
+    unknown = sorted(set(unused_inputs) - set(sample))
+    if unknown:
+        raise UnknownInputError(
+            f"unused_inputs (--unused-input) names {', '.join(map(repr, unknown))}, which the sample does not have "
+            f"(sample inputs: {', '.join(sorted(sample))}); name one of those", [], [])
 
 
 def record_source(node: fx.Node) -> None:
@@ -174,13 +188,9 @@ def check_inputs_reach_output(
     be checked, never for one the eager model reads.
     """
     unused = set(unused_inputs)
+    check_unused_inputs_known(sample, unused)
     live = live_nodes(graph)
     placeholders = {node.target: node for node in graph.find_nodes(op="placeholder")}
-    unknown = sorted(unused - set(sample))
-    if unknown:
-        raise DroppedInputError(
-            f"unused_inputs names {', '.join(map(repr, unknown))}, which the sample does not have "
-            f"(sample inputs: {', '.join(sorted(sample))})", [], [])
     problems: list[str] = []
     dropped: list[str] = []
     sources: list[tuple[str, int]] = []

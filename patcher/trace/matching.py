@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 from torch import nn
 
+from ..normalize import module_entries
 from .errors import TargetMatchError
 
 REGEX_PREFIX = "re:"
@@ -43,19 +44,16 @@ class ModulePattern:
         return type(module).__name__ == self.text
 
 
-def class_name_entries(entries: Iterable[str] | str) -> list[str]:
+def class_name_entries(entries: Iterable[str | type] | str | type) -> list[str]:
     """The entries that name a module class, not a ``re:`` pattern on module names (which the
     rewriter, reading source, cannot see)."""
-    entries = [entries] if isinstance(entries, str) else list(entries)
-    return [entry for entry in entries if not entry.startswith(REGEX_PREFIX)]
+    return [entry for entry in module_entries(entries, "targets") if not entry.startswith(REGEX_PREFIX)]
 
 
-def parse_patterns(entries: Iterable[str] | str | None) -> list[ModulePattern]:
-    if entries is None:
-        return []
-    if isinstance(entries, str):
-        entries = [entries]
-    return [ModulePattern.parse(entry) for entry in entries]
+def parse_patterns(entries: Iterable[str | type] | str | type | None, argument: str = "entries") -> list[ModulePattern]:
+    """``entries`` (normalised by :func:`patcher.normalize.module_entries`; ``argument`` names them in
+    its errors) as patterns."""
+    return [ModulePattern.parse(entry) for entry in module_entries(entries, argument, functions=True)]
 
 
 def match_modules(
@@ -81,8 +79,11 @@ def match_modules(
     return matched, hits
 
 
-def resolve_targets(model: nn.Module, sequential_targets: Iterable[str] | str) -> dict[str, nn.Module]:
+def resolve_targets(model: nn.Module, sequential_targets: Iterable[str | type] | str | type) -> dict[str, nn.Module]:
     """Modules selected by ``sequential_targets``, outermost first; every entry must match.
+
+    Entries are read by :func:`patcher.normalize.module_entries` (an ``nn.Module`` subclass means
+    its name; a single string or class is one entry; another type raises ``TypeError``).
 
     >>> from torch import nn
     >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
@@ -91,7 +92,7 @@ def resolve_targets(model: nn.Module, sequential_targets: Iterable[str] | str) -
     >>> sorted(resolve_targets(model, ["re:[01]"]))
     ['0', '1']
     """
-    patterns = parse_patterns(sequential_targets)
+    patterns = [ModulePattern.parse(entry) for entry in module_entries(sequential_targets, "sequential_targets")]
     if not patterns:
         raise TargetMatchError("sequential_targets is empty: name at least one module class or 're:' pattern")
     matched, hits = match_modules(model, patterns)

@@ -20,6 +20,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
+from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
@@ -33,7 +34,7 @@ from .errors import (
     UntraceableCodeError,
 )
 from .influence import eager_ignores
-from .liveness import check_inputs_reach_output, record_source
+from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
 from .hooks import (
     check_leaf_output_capture,
     check_no_global_hooks,
@@ -415,14 +416,17 @@ def _ancestors(model: nn.Module, names: Iterable[str]) -> set[nn.Module]:
 def trace_graph(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str] | str,
-    ignore: Iterable[str] | str | None = None,
-    unused_inputs: Iterable[str] = (),
+    sequential_targets: Iterable[str | type] | str | type,
+    ignore: Iterable[str | type] | str | type | None = None,
+    unused_inputs: Iterable[str] | str = (),
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
 
     ``ignore=None`` (the default) means :data:`DEFAULT_IGNORE`; pass ``[]`` to ignore nothing,
-    or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. A single string is one entry.
+    or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. Targets and ignore entries are names
+    (or ``re:`` patterns) or ``nn.Module`` subclasses (meaning their name); a single string or
+    class is one entry, as is a single string for ``unused_inputs`` (see :mod:`patcher.normalize`:
+    an argument of another type raises ``TypeError`` naming it).
 
     Sample tensors (and other objects) become the graph's inputs; ``None`` and Python scalars
     (bools, ints, floats, strings) are constants of the trace, since the model decides Python
@@ -433,16 +437,20 @@ def trace_graph(
     Every tensor of ``sample_input`` must reach the graph's output, unless ``unused_inputs``
     names it (an input the eager model does not read either).
 
-    Raises ``TargetMatchError``, ``SampleInputError`` (also for a sample key the model does not
-    take, a flag given as a tensor, ``use_cache=True``), ``TrainingModeError`` (train mode with
-    layerdrop), ``UntraceableCodeError`` (naming file, line, construct and fix) or
-    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output),
+    Raises ``TypeError`` (an argument of the wrong type), ``TargetMatchError``, ``SampleInputError``
+    (also for a sample key the model does not take, a flag given as a tensor, ``use_cache=True``),
+    ``TrainingModeError`` (train mode with layerdrop), ``UntraceableCodeError`` (naming file, line,
+    construct and fix) or
+    ``MissingTargetsError``, ``DroppedInputError`` (a sample tensor that never reaches the output; its
+    subclass ``UnknownInputError``, before tracing, for an ``unused_inputs`` name the sample lacks),
     ``HookError`` (a user hook on the root or on a module traced through, or a global module hook:
     the graph cannot honour it) or ``OutputCaptureError`` (``output_hidden_states``/``output_attentions``
     collected by hooks inside modules the graph calls as a whole: the graph would return empty tuples).
     """
-    targets = resolve_targets(model, sequential_targets)
+    unused_inputs = input_names(unused_inputs, "unused_inputs")
+    check_unused_inputs_known(sample_input, unused_inputs)
     ignore = resolve_ignore(ignore)
+    targets = resolve_targets(model, sequential_targets)
     ignored_modules, _ = match_modules(model, parse_patterns(ignore))
     _check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
