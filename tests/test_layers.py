@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Lowest first. The arrows of the issue: registry <- rewrite; trace; partition <- verify <-
 #: coverage / zoo / cli.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
+    {"normalize"},  # one reading of the targets/ignore/count arguments of every entry point
     {"registry", "files", "plugins"},  # what rewrite and trace agree on; atomic file writes; collections' hooks
     # the rewriter, the tracer, config/class loading, the sample-builder registry, a config's token ids
     {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers"},  # + a model's towers
