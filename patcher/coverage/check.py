@@ -293,6 +293,9 @@ def check_architecture(
                 _record_failure(attempt, "influence", exc, _Generated(), original_file)
             if attempt.stage == "influence":
                 samples.pop(attempt.mode)
+    text, images = attempts[0], row.multimodal
+    if not text.ran and text.stage == "eager" and images is not None and images.ran:
+        text.stage = NEEDS_IMAGES  # its error stays: what the forward said without images
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
         row.stage, row.error = "eager", attempts[0].error
@@ -346,6 +349,15 @@ def has_image_path(cls, config) -> bool:
     config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
+
+#: The stage of the text attempt of a model whose forward cannot run without images: BLIP's and
+#: InstructBLIP's required ``pixel_values`` (and ``qformer_input_ids``), Kosmos-2's "``pixel_values``
+#: or ``image_embeds``". Decided by evidence, not by a list: eager raised on the text sample and ran
+#: on the image sample (the same kind of text, plus the layout's image inputs). The text attempt then
+#: keeps its error and is neither a failure nor a success; the row is built, traced and compared by
+#: its image attempt alone (and the report counts it apart, "need images"). A text sample that fails
+#: while the image sample fails too stays a build failure.
+NEEDS_IMAGES = "needs images"
 
 #: The stage of a vision-blocks attempt on a model whose images reach the text model without a
 #: tower of blocks: nothing to split, so neither a failure nor a success of the attempt.

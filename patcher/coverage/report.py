@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .check import NO_TOWER, Attempt, CoverageRow
+from .check import NEEDS_IMAGES, NO_TOWER, Attempt, CoverageRow
 
 
 def _pct(part: int, whole: int) -> str:
@@ -21,6 +21,7 @@ def summary(rows: list[CoverageRow]) -> str:
     text_ran = [row for row in built if row.text and row.text.ran]
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
+    need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
     mm = [row for row in built if row.multimodal is not None]
     # an image sample is built when the eager model ran on it and the pixels reach its logits
     mm_built = [row for row in mm if row.multimodal.ran and row.multimodal.stage not in ("sample", "eager", "influence")]
@@ -28,7 +29,8 @@ def summary(rows: list[CoverageRow]) -> str:
     mm_equal = [row for row in mm_built if row.multimodal.equal]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}); "
-            f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
+            f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
+            + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
             f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
             f"equal {len(mm_equal)}" + vision_blocks_share(mm_built))
@@ -128,7 +130,10 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
     for attempt in (row.text, row.multimodal):
-        # an attempt that stopped before eager ran (its sample failed) is a blocker like any other
+        # an attempt that stopped before eager ran (its sample failed) is a blocker like any other;
+        # a text attempt that needs images is none (the image attempt checks the row)
+        if attempt is not None and attempt.stage == NEEDS_IMAGES:
+            continue
         if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
             if attempt.stage == "compare":
@@ -188,10 +193,13 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
         mm_cell = "-" if mm is None else (
             "equal" if mm.equal else _failed_attempt_cell(mm) if mm.traced else f"{mm.stage}") + (f" (influence {_diff(mm.influence)})" if mm and mm.influence is not None else "")
         found = blocker(row)
+        needs_images = text.stage == NEEDS_IMAGES
         cells = [
-            row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
+            row.architecture, _yes(row.built),
+            NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
-            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built else "", mm_cell,
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
+            mm_cell,
             _vision_cell(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
