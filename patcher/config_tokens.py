@@ -15,7 +15,9 @@ VISUAL_MARKER_WORDS = ("image", "video", "slice", "newline")
 
 
 def is_visual_id_key(key) -> bool:
-    return isinstance(key, str) and key.endswith("_id") and key.split("_")[0] in VISUAL_MARKER_WORDS
+    """``image_start_id``, ``image_token_id``, BLIP-2's ``image_token_index``, ...: an id of the text
+    vocabulary named by its visual first word."""
+    return isinstance(key, str) and key.endswith(("_id", "_index")) and key.split("_")[0] in VISUAL_MARKER_WORDS
 
 
 def is_token_key(key) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from patcher.coverage import check_architecture
-from patcher.coverage.check import MIN_IMAGE_INFLUENCE, NO_TOWER
+from patcher.coverage.check import MIN_IMAGE_INFLUENCE, NEEDS_IMAGES, NO_TOWER
 
 # layout in brackets: what each adds to the slice
 WITH_IMAGES = [
@@ -30,7 +30,11 @@ WITH_IMAGES = [
     "Kosmos2_5ForConditionalGeneration",       # flattened patches with grid ids, image_embeds_position_mask
     "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
     "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
+    "Blip2ForConditionalGeneration",           # Q-Former queries, pixel_values required: no text attempt
 ]
+#: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
+#: built and checked by its image attempt.
+NEED_IMAGES = {"Blip2ForConditionalGeneration"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,33 @@ def test_traces_with_images_and_equals_eager(name, cache_dir):
     assert images.subgraphs == images.expected >= 2, images
     assert images.max_diff == 0.0 and images.reuse_diff == 0.0, images
     assert images.equal
+    if name in NEED_IMAGES:
+        assert row.text.stage == NEEDS_IMAGES and not row.text.ran and "pixel_values" in row.text.error, row.text
+    else:
+        assert row.text.ran and row.text.stage != NEEDS_IMAGES, row.text
+
+
+def test_a_text_failure_is_needs_images_only_where_the_image_sample_runs():
+    # Step3p7 fails eager on the text and on the image sample alike (no sliding_window in the
+    # config): a build failure, never "needs images".
+    row = check_architecture("Step3p7ForConditionalGeneration")
+    assert not row.built and row.text.stage == "eager" and row.multimodal.stage == "eager", row
+
+
+def test_needs_images_is_counted_apart_and_is_no_blocker():
+    from patcher.coverage.check import Attempt, CoverageRow
+    from patcher.coverage.report import blocker, markdown, summary
+
+    row = CoverageRow("NeedsForConditionalGeneration", built=True,
+                      text=Attempt("text", stage=NEEDS_IMAGES, error="TypeError: missing 'pixel_values'"),
+                      multimodal=Attempt("multimodal", ran=True, traced=True, equal=True, subgraphs=3, expected=3))
+    assert blocker(row) is None
+    assert "text: ran 0 (1 need images), traced 0" in summary([row]) and summary([row]).endswith("equal 1")
+    line = next(line for line in markdown([row]).splitlines() if line.startswith("| Needs"))
+    assert [cell.strip() for cell in line.split(" | ")][1:3] == ["yes", NEEDS_IMAGES], line
+    row.multimodal = Attempt("multimodal", ran=True, traced=True, subgraphs=3, expected=3, max_diff=0.5,
+                             stage="compare")
+    assert blocker(row)[0] == "compare: not equal"  # the image attempt still fails the row
 
 
 #: Rows whose chain with the vision blocks fails, loudly, and why (the report names the rest):

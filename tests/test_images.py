@@ -581,3 +581,46 @@ def test_git_puts_one_image_before_each_row_and_no_image_tokens_in_the_text():
     assert layout.default_size(config) == (image_size, image_size)  # the native size is one of the two
     with pytest.raises(ValueError, match="one image"):
         multimodal_sample(config, batch_size=1, seq_len=4, num_images=2, model=model)
+
+
+def test_position_mask_layout_matches_the_image_processor():
+    config = _shrunk("Kosmos2ForConditionalGeneration")
+    side = config.vision_config.image_size
+    processor = transformers.CLIPImageProcessorPil(size={"shortest_edge": side},
+                                                   crop_size={"height": side, "width": side})
+    theirs = _processor_inputs(processor(images=[_random_image(side + 7, 2 * side)], return_tensors="pt"), config)
+    _assert_same_layout(_synthetic_inputs("position_mask", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+@pytest.mark.parametrize("num_images", [1, 2])
+def test_kosmos2_features_go_exactly_where_the_position_mask_says(num_images):
+    # Kosmos-2's forward cannot run without images; its features replace the embeddings where
+    # image_embeds_position_mask is 1: latent_query_num runs of BOS per image, never in the text.
+    config, model = tiny("Kosmos2ForConditionalGeneration")
+    assert layout_for(config.model_type).name == "position_mask"
+    sample = multimodal_sample(config, batch_size=2, seq_len=6, left_padding=1, num_images=num_images,
+                               generator=torch.Generator().manual_seed(0), model=model)
+    mask = sample["image_embeds_position_mask"]
+    assert mask.sum(-1).tolist() == [num_images * config.latent_query_num] * 2
+    assert torch.equal(mask.bool(), sample["input_ids"] == config.text_config.bos_token_id)
+    with torch.no_grad():
+        first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
+    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+
+
+@pytest.mark.parametrize("name", ["InstructBlipForConditionalGeneration", "Blip2ForConditionalGeneration"])
+def test_blip2_family_gets_a_placeholder_and_instructblip_its_qformer_instruction(name):
+    # The classes leave image_token_index None (checkpoints set it from their tokenizer): the shrunk
+    # config gets a free id, and num_query_tokens image tokens per image go in the text.
+    config, model = tiny(name)
+    assert config.image_token_index is not None
+    sample = multimodal_sample(config, batch_size=2, seq_len=5, num_images=2, generator=torch.Generator().manual_seed(0),
+                               model=model)
+    assert (sample["input_ids"] == config.image_token_index).sum(-1).tolist() == [2 * config.num_query_tokens] * 2
+    assert ("qformer_input_ids" in sample) == name.startswith("Instruct")
+    if "qformer_input_ids" in sample:
+        assert sample["qformer_input_ids"].shape[0] == 4  # one instruction per image
+        assert int(sample["qformer_input_ids"].max()) < config.qformer_config.vocab_size
+    with torch.no_grad():
+        first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
+    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE

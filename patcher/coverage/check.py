@@ -29,7 +29,7 @@ MIN_IMAGE_INFLUENCE = 1e-4
 
 @dataclass
 class Attempt:
-    """One sample kind (``text`` or ``multimodal``) of one architecture."""
+    """One sample kind (``text``, ``multimodal``, ``video``) of one architecture."""
 
     mode: str
     ran: bool = False  # the eager original ran on the sample
@@ -39,7 +39,7 @@ class Attempt:
     expected: int | None = None
     max_diff: float | None = None
     reuse_diff: float | None = None
-    influence: float | None = None  # images: max |logits change| when only the pixels change
+    influence: float | None = None  # images, video: max |logits change| when only the pixels change
     stage: str | None = None  # where it stopped: sample, eager, influence, trace, run, reuse, compare
     error: str | None = None
     blocker_kind: str | None = None
@@ -66,6 +66,8 @@ class CoverageRow:
     image_path: bool | None = None
     text: Attempt | None = None
     multimodal: Attempt | None = None
+    #: a video sample (``patcher.videos``) where the family has a video layout
+    video: Attempt | None = None
     #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
@@ -85,7 +87,7 @@ class CoverageRow:
     @classmethod
     def from_dict(cls, data: dict) -> "CoverageRow":
         data = dict(data)
-        for key in ("text", "multimodal", "vision_blocks"):
+        for key in ("text", "multimodal", "video", "vision_blocks"):
             if data.get(key) is not None:
                 data[key] = Attempt(**data[key])
         return cls(**data)
@@ -221,6 +223,7 @@ def check_architecture(
     from ..trace.tracer import sample_keys_not_taken
     from ..traceable import load_traceable
     from .discover import find_layers, trace_targets
+    from ..videos import has_video_layout
     from .sweep_samples import has_multimodal_builder
     from .shrink import shrink_config
 
@@ -257,8 +260,11 @@ def check_architecture(
     attempts = [Attempt("text")]
     if multimodal and has_multimodal_builder(config):
         attempts.append(Attempt("multimodal"))
+    if multimodal and has_video_layout(config):
+        attempts.append(Attempt("video"))
     row.text = attempts[0]
-    row.multimodal = attempts[1] if len(attempts) > 1 else None
+    row.multimodal = next((attempt for attempt in attempts if attempt.mode == "multimodal"), None)
+    row.video = next((attempt for attempt in attempts if attempt.mode == "video"), None)
 
     # The eager original on each sample first: "built" means the tiny model runs.
     samples = {}
@@ -286,13 +292,16 @@ def check_architecture(
             _record_failure(attempt, "eager", exc, _Generated(), original_file)
             samples.pop(attempt.mode)
             continue
-        if attempt.mode == "multimodal":
+        if attempt.mode in ("multimodal", "video"):
             try:
                 _check_image_influence(attempt, original, samples[attempt.mode][0][0], extra, seed)
             except Exception as exc:  # noqa: BLE001
                 _record_failure(attempt, "influence", exc, _Generated(), original_file)
             if attempt.stage == "influence":
                 samples.pop(attempt.mode)
+    text = attempts[0]
+    if not text.ran and text.stage == "eager" and any(attempt.ran for attempt in attempts[1:]):
+        text.stage = NEEDS_IMAGES  # its error stays: what the forward said without images
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
         row.stage, row.error = "eager", attempts[0].error
@@ -347,6 +356,16 @@ def has_image_path(cls, config) -> bool:
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
+#: The stage of the text attempt of a model whose forward cannot run without images: BLIP's and
+#: InstructBLIP's required ``pixel_values`` (and ``qformer_input_ids``), Kosmos-2's "``pixel_values``
+#: or ``image_embeds``", InstructBLIP-Video's frames. Decided by evidence, not by a list: eager raised
+#: on the text sample and ran on the image or video sample (the same kind of text, plus the layout's
+#: pixel inputs). The text attempt then
+#: keeps its error and is neither a failure nor a success; the row is built, traced and compared by
+#: its image (or video) attempts alone (and the report counts it apart, "need images"). A text sample that fails
+#: while the image sample fails too stays a build failure.
+NEEDS_IMAGES = "needs images"
+
 #: The stage of a vision-blocks attempt on a model whose images reach the text model without a
 #: tower of blocks: nothing to split, so neither a failure nor a success of the attempt.
 NO_TOWER = "no tower"
@@ -393,14 +412,26 @@ def _accepts(model, name: str) -> bool:
 
 
 def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
-    """Two samples of the mode; for images the second has another layout (another image size where
-    the family takes several, else two images per row), so the graph is reused on a new layout."""
+    """Two samples of the mode (three for video); for images the second has another layout (another
+    image size where the family takes several, else two images per row), so the graph is reused on
+    a new layout."""
     from ..images import second_layout
     from .sweep_samples import coverage_multimodal_sample, coverage_text_sample
 
     if mode == "text":
         return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
                 coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]
+    if mode == "video":
+        # one video per row; the second sample has other frames (count, size); the third is the
+        # first with another video, so the traced chain must follow eager where only the video
+        # changes (the influence check shows that eager changes)
+        from ..videos import second_video_layout, video_sample
+
+        first = video_sample(config, batch_size=2, seq_len=8, left_padding=1, model=model,
+                             generator=torch.Generator().manual_seed(seed))
+        return [first, video_sample(config, batch_size=1, seq_len=13, model=model,
+                                    generator=torch.Generator().manual_seed(seed + 1), **second_video_layout(config)),
+                with_other_pixels(first, seed)]
     return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
             coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1, model=model,
                                        **second_layout(config))]
@@ -446,8 +477,10 @@ def _builder_location(config) -> str | None:
 
 
 def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, seed: int) -> None:
-    """Eager logits must change when only the pixels change; else the image never reaches them."""
-    other = with_other_pixels(sample, seed, _layout(getattr(model, "config", None)))
+    """Eager logits must change when only the pixels change; else the image (for a ``video``
+    attempt: the video) never reaches them."""
+    video = attempt.mode == "video"
+    other = with_other_pixels(sample, seed, None if video else _layout(getattr(model, "config", None)))
     if all(other[name] is sample[name] for name in sample):
         raise ValueError("the image sample has no floating-point pixel input to vary")
     with torch.no_grad():
@@ -456,8 +489,8 @@ def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, s
     attempt.influence = tensor_diff(first, second)
     if not attempt.influence > MIN_IMAGE_INFLUENCE:
         attempt.stage = "influence"
-        attempt.blocker_kind = "no image influence"
-        attempt.blocker_location = _builder_location(getattr(model, "config", None))
+        attempt.blocker_kind = "no video influence" if video else "no image influence"
+        attempt.blocker_location = None if video else _builder_location(getattr(model, "config", None))
         attempt.error = (f"eager {key!r} changed by {attempt.influence:.1e} (<= {MIN_IMAGE_INFLUENCE}) when only the "
                          "pixels changed: the image never reaches them (check the sample's image tokens and pixel layout, "
                          "and that the tiny vision tower's output depends on its pixels)")

@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .check import NO_TOWER, Attempt, CoverageRow
+from .check import NEEDS_IMAGES, NO_TOWER, Attempt, CoverageRow
 
 
 def _pct(part: int, whole: int) -> str:
@@ -21,6 +21,7 @@ def summary(rows: list[CoverageRow]) -> str:
     text_ran = [row for row in built if row.text and row.text.ran]
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
+    need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
     mm = [row for row in built if row.multimodal is not None]
     # an image sample is built when the eager model ran on it and the pixels reach its logits
     mm_built = [row for row in mm if row.multimodal.ran and row.multimodal.stage not in ("sample", "eager", "influence")]
@@ -28,10 +29,22 @@ def summary(rows: list[CoverageRow]) -> str:
     mm_equal = [row for row in mm_built if row.multimodal.equal]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}); "
-            f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
+            f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
+            + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
             f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
-            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built))
+            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + video_share(built))
+
+
+def video_share(built: list[CoverageRow]) -> str:
+    """``; video: N with a video layout, built B, traced T, equal E``: a video sample is built when
+    eager ran on it and the video reaches the logits. Empty for a sweep without video attempts."""
+    rows = [row for row in built if getattr(row, "video", None) is not None]
+    if not rows:
+        return ""
+    ran = [row for row in rows if row.video.ran and row.video.stage not in ("sample", "eager", "influence")]
+    return (f"; video: {len(rows)} with a video layout, built {len(ran)}, "
+            f"traced {sum(row.video.traced for row in ran)}, equal {sum(row.video.equal for row in ran)}")
 
 
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
@@ -105,6 +118,14 @@ def image_text_to_text_line(rows: list[CoverageRow], mapping: set[str] | None = 
             f"({_pct(metric['equal_with_images'], metric['with_image_path'])})")
 
 
+def _pixels_cell(attempt: Attempt | None) -> str:
+    """An image or video attempt: equal, or where it stopped; with its pixel influence."""
+    if attempt is None:
+        return "-"
+    cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
+    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
+
+
 def _diff(value: float | None) -> str:
     if value is None:
         return ""
@@ -127,8 +148,11 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
         return (f"{row.stage}", row.error_location or "", "", row.error or "")
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
-    for attempt in (row.text, row.multimodal):
-        # an attempt that stopped before eager ran (its sample failed) is a blocker like any other
+    for attempt in (row.text, row.multimodal, getattr(row, "video", None)):
+        # an attempt that stopped before eager ran (its sample failed) is a blocker like any other;
+        # a text attempt that needs images is none (the image attempt checks the row)
+        if attempt is not None and attempt.stage == NEEDS_IMAGES:
+            continue
         if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
             if attempt.stage == "compare":
@@ -177,22 +201,23 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
-              "multimodal", "vision blocks", "blocker", "where", "rewrites"]
+              "multimodal", "vision blocks", "video", "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         text = row.text or Attempt("text")
-        mm = row.multimodal
-        mm_cell = "-" if mm is None else (
-            "equal" if mm.equal else _failed_attempt_cell(mm) if mm.traced else f"{mm.stage}") + (f" (influence {_diff(mm.influence)})" if mm and mm.influence is not None else "")
+        mm_cell, video_cell = _pixels_cell(row.multimodal), _pixels_cell(getattr(row, "video", None))
         found = blocker(row)
+        needs_images = text.stage == NEEDS_IMAGES
         cells = [
-            row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
+            row.architecture, _yes(row.built),
+            NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
-            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built else "", mm_cell,
-            _vision_cell(row),
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
+            mm_cell,
+            _vision_cell(row), video_cell,
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
         ]

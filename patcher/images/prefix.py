@@ -1,6 +1,6 @@
-"""One fixed-size image before each text row (GIT): ``pixel_values (B, C, S, S)``; the model
-prepends the image features to the text embeddings itself, so the text holds no image tokens
-and each row takes exactly one image. The second size needs ``interpolate_pos_encoding`` (the
+"""One fixed-size image per text row, taken by the model itself: ``pixel_values (B, C, S, S)``;
+GIT prepends the image features to the text embeddings, BLIP's text decoder cross-attends to
+them, so the text holds no image tokens and each row takes exactly one image. The second size needs ``interpolate_pos_encoding`` (the
 tower's position embeddings are for ``S x S``), so it is on for every sample of the family: one
 graph serves both sizes only if the flag is the same."""
 
@@ -30,7 +30,7 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict:
 
 LAYOUT = register_layout(ImageLayout(
     name="prefix",
-    model_types=("git",),
+    model_types=("git", "blip"),
     pixels=pixels, default_size=default_size, other_size=other_size, config_count=lambda config, size: 0,
     prefix=True,
 ))

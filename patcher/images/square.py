@@ -3,7 +3,8 @@
 The LLaVA-1.5 layout, shared by most towers with position embeddings of one size (CLIP, SigLIP,
 InternViT, ...): the processor resizes every image to ``S x S``. ``image_sizes`` goes along where
 ``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile), and
-``high_res_pixel_values`` at the high-resolution tower's size where there is one.
+``high_res_pixel_values`` at the high-resolution tower's size where there is one, and InstructBLIP's
+Q-Former instruction (``qformer_input_ids``) where ``forward`` takes one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     sample = {"pixel_values": torch.randn(len(sizes), channels, height, width, generator=generator).to(dtype)}
     if "image_sizes" in accepted:
         sample["image_sizes"] = torch.tensor(sizes, dtype=torch.long)
+    if "qformer_input_ids" in accepted:
+        sample.update(qformer_inputs(config, len(sizes), generator))
     high_res = getattr(config, "high_res_vision_config", None)
     if "high_res_pixel_values" in accepted and high_res is not None:
         # DeepSeek-VL hybrid: the same image again at the high-resolution tower's size
@@ -51,10 +54,19 @@ def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.T
     return sample
 
 
+def qformer_inputs(config, images: int, generator, length: int = 5) -> dict[str, torch.Tensor]:
+    """InstructBLIP's instruction for the Q-Former, one row per image (the Q-Former turns each image
+    into ``num_query_tokens`` features under it): ``qformer_input_ids`` of the Q-Former's own
+    vocabulary and its all-ones ``qformer_attention_mask``."""
+    vocab = int(config.qformer_config.vocab_size)
+    ids = torch.randint(1, vocab, (images, length), generator=generator)
+    return {"qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
+
+
 def config_count(config, size) -> int:
     """``image_seq_length`` / ``mm_tokens_per_image`` where the config states it, else one token per
     patch (LLaVA's ``default`` strategy drops CLS)."""
-    names = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens")
+    names = ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens")
     # the config that holds the vision tower states it where the top one does not (T5Gemma2's encoder)
     stated = first_field(config, names)
     stated = stated if stated is not None else first_field(vision_owner(config), names)

@@ -97,10 +97,11 @@ def place_spans(text_pool: torch.Tensor, pad: int, batch_size: int, seq_len: int
     return torch.tensor(rows, dtype=torch.long), torch.tensor(masks, dtype=torch.long)
 
 
-def image_feature_method(model):
-    """``get_image_features`` of the model or of its inner ``model``; None when it has none."""
+def image_feature_method(model, name: str = "get_image_features"):
+    """``get_image_features`` (or the method ``name``: ``get_video_features``) of the model or of its
+    inner ``model``; None when it has none."""
     for owner in (model, getattr(model, "model", None)):
-        method = getattr(owner, "get_image_features", None) if owner is not None else None
+        method = getattr(owner, name, None) if owner is not None else None
         if callable(method):
             return method
     return None
@@ -118,13 +119,15 @@ def _features(output: Any):
     return output
 
 
-def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int) -> int:
-    """Run the model's own vision path (``get_image_features``) once on ``pixel_inputs`` and
-    return how many text-embedding-sized features each of the ``num_images`` images yields (the
-    images of one sample have one size, so the total divides evenly)."""
-    method = image_feature_method(model)
+def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int,
+                       method_name: str = "get_image_features") -> int:
+    """Run the model's own vision path (``get_image_features``; ``get_video_features`` for videos)
+    once on ``pixel_inputs`` and return how many text-embedding-sized features each of the
+    ``num_images`` images yields (the images of one sample have one size, so the total divides
+    evenly)."""
+    method = image_feature_method(model, method_name)
     if method is None:
-        raise ValueError(f"{type(model).__name__} has no get_image_features: pass the image token count instead")
+        raise ValueError(f"{type(model).__name__} has no {method_name}: pass the image token count instead")
     accepted = inspect.signature(method).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
@@ -145,6 +148,6 @@ def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int) -> 
     items = list(features) if isinstance(features, (list, tuple)) else [features]
     total = sum(item.numel() // width for item in items if isinstance(item, torch.Tensor))
     if total == 0 or total % num_images:
-        raise ValueError(f"{type(model).__name__}.get_image_features gave {total} features of width {width} for "
+        raise ValueError(f"{type(model).__name__}.{method_name} gave {total} features of width {width} for "
                          f"{num_images} images of one size: cannot tell the count per image")
     return total // num_images
