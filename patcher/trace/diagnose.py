@@ -112,13 +112,21 @@ class UntraceableConstruct:
 
     def _fix_lines(self, rule: str) -> list[str]:
         if self.reached_from is None:
-            return [f"  fix: {self.symptom.fix}{rule}; see GUIDE.md#{self.symptom.guide_section}"]
+            return [f"  fix: {self.symptom.fix}{rule}; see GUIDE.md#{self.symptom.guide_section}",
+                    *self._ignore_line()]
         location, callee = self.reached_from
         return [
             f"  reached from: {location}, which calls into transformers' shared code",
             f"  fix: keep that call opaque: ignore=[..., {callee!r}] (patcher trace --ignore {callee}); "
             f"rewriting {_short_path(self.filename)} would change every model; see GUIDE.md#wrapping-functions",
         ]
+
+    def _ignore_line(self) -> list[str]:
+        """The fix's "add the enclosing function to `ignore`", spelled out for this function."""
+        if "the enclosing function to `ignore`" not in self.symptom.fix or self.function in ("forward", "<module>"):
+            return []
+        return [f"  to keep {self.function}() opaque: ignore=[*DEFAULT_IGNORE, {self.function!r}] "
+                f"(patcher trace --ignore {self.function})"]
 
 
 def _short_path(filename: str) -> str:
