@@ -263,3 +263,30 @@ def test_kosmos2_names_the_function_to_keep_opaque_and_that_works():
     with torch.no_grad():
         torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample).logits,
                                    rtol=0, atol=0)
+
+
+def test_tower_blocks_swallowed_by_moved_code_say_to_leave_them_out_and_that_works():
+    """LLaVA-NeXT: the patcher wraps `if pixel_values ... .size(0) > 0:` around get_image_features,
+    and cannot see that it reaches CLIP's blocks (another modeling file). The error names the
+    wrapper by name (not a function repr) and a fix that works: leave the blocks out."""
+    import transformers
+
+    from patcher import MissingTargetsError, find_tower_blocks, load_traceable, run_subgraphs
+    from patcher.coverage import shrink_config
+    from patcher.samples import multimodal_sample
+
+    config = shrink_config(transformers.LlavaNextConfig)
+    torch.manual_seed(0)
+    model = load_traceable(transformers.LlavaNextForConditionalGeneration)(config).eval()
+    sample = multimodal_sample(config, batch_size=1, seq_len=8, model=model, generator=torch.Generator().manual_seed(0))
+    text_layers = ["LlamaDecoderLayer"]
+    with pytest.raises(MissingTargetsError) as caught:
+        trace_subgraphs(model, sample, find_tower_blocks(model) + text_layers)
+    message = str(caught.value)
+    assert "swallowed by _wrapped_" in message and "<function" not in message
+    assert "is code the patcher moved out of the model's forward" in message
+    assert "Leave these targets out" in message
+    subgraphs = trace_subgraphs(model, sample, text_layers)
+    with torch.no_grad():
+        torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample).logits,
+                                   rtol=0, atol=0)

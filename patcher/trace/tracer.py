@@ -22,6 +22,7 @@ from transformers.utils import ModelOutput
 
 from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
+from ..registry.wrapped import WRAPPED_PREFIX
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
 from .errors import (
@@ -626,8 +627,8 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
         path = "" if node.target == ROOT_ATTRIBUTE else node.target
         if path in holders or (path and not isinstance(_resolve(model, path), nn.Module)):
             continue
-        users = ", ".join(sorted({str(user.target) for user in node.users})) or "an opaque call"
-        holders[path] = users
+        users = ", ".join(sorted({getattr(user.target, "__name__", str(user.target)) for user in node.users}))
+        holders[path] = users or "an opaque call"
     hidden: dict[str, str] = {}
     for name in uncalled:
         parts = name.split(".")
@@ -639,10 +640,18 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
     if hidden:
         missing = sorted(hidden)
         detail = "; ".join(f"{name} (swallowed by {how})" for name, how in list(hidden.items())[:10])
+        moved = sorted({how for how in hidden.values() if how.startswith(WRAPPED_PREFIX + "_")})
+        fix = ("Each target must be called directly by traced code. Remove the function or module that "
+               "swallows them from `ignore`, or rewrite it with the patcher.")
+        if moved:
+            # The rewriter keeps targets out of the code it moves only where it sees them: classes
+            # defined in another modeling file (a vision tower's blocks) it cannot follow.
+            fix = (f"{', '.join(moved)} is code the patcher moved out of the model's forward (a branch on a "
+                   "traced value around the call that reaches these targets, which are defined in another "
+                   "modeling file). Leave these targets out (e.g. the tower's blocks: the tower then runs "
+                   "whole inside that call), or cut at targets the branch does not reach.")
         raise MissingTargetsError(
-            f"{len(missing)} sequential target(s) are missing from the graph: {detail}. "
-            "Each target must be called directly by traced code. Remove the function or module that "
-            "swallows them from `ignore`, or rewrite it with the patcher.",
+            f"{len(missing)} sequential target(s) are missing from the graph: {detail}. {fix}",
             missing,
         )
 
