@@ -46,14 +46,17 @@ _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
     "encoder_layers", "num_encoder_layers", "depth", "num_global_layers", "num_text_layers",
     "num_vision_layers", "text_num_hidden_layers", "num_blocks",
+    "encoder_num_hidden_layers", "decoder_num_hidden_layers",  # Moonshine
 }
 _HEADS = {
     "num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
     "encoder_attention_heads", "attention_heads", "encoder_num_attention_heads", "index_n_heads",
     "linear_num_value_heads", "mamba_n_heads",
+    "decoder_num_attention_heads",  # Moonshine
 }
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "linear_num_key_heads",
-             "n_head_kv", "num_kv_groups"}
+             "n_head_kv", "num_kv_groups",
+             "encoder_num_key_value_heads", "decoder_num_key_value_heads"}  # Moonshine
 _HEAD_DIM = {"head_dim", "rotary_dim", "mamba_headdim", "linear_head_dim", "rotary_emb_dim", "attention_head_dim",
              "kv_channels", "v_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "d_kv", "d_head", "mamba_d_head", "attention_head_size",
              "global_head_dim"}
