@@ -69,6 +69,8 @@ class CoverageRow:
     #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
+    #: a clip fed to a class whose forward takes audio (patcher.coverage.audio_attempt)
+    audio: Attempt | None = None
     seconds: float = 0.0
 
     @property
@@ -85,7 +87,7 @@ class CoverageRow:
     @classmethod
     def from_dict(cls, data: dict) -> "CoverageRow":
         data = dict(data)
-        for key in ("text", "multimodal", "vision_blocks"):
+        for key in ("text", "multimodal", "vision_blocks", "audio"):
             if data.get(key) is not None:
                 data[key] = Attempt(**data[key])
         return cls(**data)
@@ -223,6 +225,8 @@ def check_architecture(
     from .discover import find_layers, trace_targets
     from .sweep_samples import has_multimodal_builder
     from .shrink import shrink_config
+    from ..audio import fill_audio_ids, has_audio_path
+    from .audio_attempt import check_audio_influence, mark_audio_only
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -231,6 +235,7 @@ def check_architecture(
         cls = resolve_model_class(name)
         stage = "config"
         config = shrink_config(cls.config_class)
+        fill_audio_ids(config, cls)
         row.model_type = getattr(config, "model_type", None)
         row.image_path = has_image_path(cls, config)
         stage = "size"
@@ -259,6 +264,9 @@ def check_architecture(
         attempts.append(Attempt("multimodal"))
     row.text = attempts[0]
     row.multimodal = attempts[1] if len(attempts) > 1 else None
+    if multimodal and has_audio_path(cls):
+        row.audio = Attempt("audio")
+        attempts.append(row.audio)
 
     # The eager original on each sample first: "built" means the tiny model runs.
     samples = {}
@@ -293,6 +301,11 @@ def check_architecture(
                 _record_failure(attempt, "influence", exc, _Generated(), original_file)
             if attempt.stage == "influence":
                 samples.pop(attempt.mode)
+        if attempt.mode == "audio":
+            check_audio_influence(attempt, samples[attempt.mode][1])
+            if attempt.stage == "influence":
+                samples.pop(attempt.mode)
+    mark_audio_only(row.text, row.audio)
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
         row.stage, row.error = "eager", attempts[0].error
@@ -398,6 +411,10 @@ def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
     from ..images import second_layout
     from .sweep_samples import coverage_multimodal_sample, coverage_text_sample
 
+    if mode == "audio":
+        from .audio_attempt import audio_samples
+
+        return audio_samples(model, seed)
     if mode == "text":
         return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
                 coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]

@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from .audio_attempt import AUDIO_ONLY
 from .check import NO_TOWER, Attempt, CoverageRow
 
 
@@ -31,7 +32,21 @@ def summary(rows: list[CoverageRow]) -> str:
             f"text: ran {len(text_ran)}, traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
             f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
-            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built))
+            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + audio_share(rows))
+
+
+def audio_share(rows: list[CoverageRow]) -> str:
+    """``; audio: N with an audio input, built B, traced T, equal E``: of the classes whose forward
+    takes a clip, those whose eager model ran on it with the clip reaching its logits (built), traced,
+    and equal to eager on both clip layouts and on another clip. Empty for a sweep without audio."""
+    audio = [row for row in rows if getattr(row, "audio", None) is not None]
+    if not audio:
+        return ""
+    built = [row for row in audio if row.audio.ran and row.audio.stage not in ("sample", "eager", "influence")]
+    traced = [row for row in built if row.audio.traced]
+    equal = [row for row in built if row.audio.equal]
+    return (f"; audio: {len(audio)} with an audio input, built {len(built)}, traced {len(traced)}, "
+            f"equal {len(equal)}")
 
 
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
@@ -56,6 +71,14 @@ def _vision_cell(row: CoverageRow) -> str:
     if not attempt.ran:
         return attempt.stage or "-"
     return _failed_attempt_cell(attempt)
+
+
+def _attempt_cell(attempt: Attempt | None) -> str:
+    """``equal (influence X)``, or where the attempt stopped; ``-`` without the attempt."""
+    if attempt is None:
+        return "-"
+    cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
+    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
 
 
 def _failed_attempt_cell(attempt: Attempt) -> str:
@@ -127,7 +150,9 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
         return (f"{row.stage}", row.error_location or "", "", row.error or "")
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
-    for attempt in (row.text, row.multimodal):
+    for attempt in (row.text, row.multimodal, getattr(row, "audio", None)):
+        if attempt is row.text and attempt is not None and attempt.stage == AUDIO_ONLY:
+            continue  # a speech model that needs a clip: its audio attempt says how it went
         # an attempt that stopped before eager ran (its sample failed) is a blocker like any other
         if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
@@ -177,7 +202,7 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
-              "multimodal", "vision blocks", "blocker", "where", "rewrites"]
+              "multimodal", "vision blocks", "audio", "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
@@ -192,7 +217,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
             row.architecture, _yes(row.built), _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
             _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built else "", mm_cell,
-            _vision_cell(row),
+            _vision_cell(row), _attempt_cell(getattr(row, "audio", None)),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
         ]
