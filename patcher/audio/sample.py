@@ -25,8 +25,9 @@ from ..images.tokens import decoder_rows, pad_token_id, place_spans, text_pool
 from .inputs import FEATURE_INPUTS, audio_config, audio_input, feature_variants, forward_names, mask_input, waveform
 from .tokens import audio_token_id, run_audio_path
 
-#: free clip lengths of the two layouts: mel frames, waveform samples
-CLIP_LENGTHS = {"features": (64, 96), "waveform": (4000, 6400)}
+#: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
+#: windows of 100 frames), waveform samples
+CLIP_LENGTHS = {"features": (100, 200), "waveform": (4000, 6400)}
 
 
 def fixed_length(config) -> int | None:

@@ -102,8 +102,9 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
     if method is not None:
         # get_audio_features names the mask as forward does (input_features_mask), or plainly
         clip = dict(inputs)
-        if mask and mask in clip:
-            clip.setdefault("attention_mask", clip[mask])
+        parameters = inspect.signature(method).parameters
+        if mask and mask in clip and mask not in parameters and "attention_mask" in parameters:
+            clip["attention_mask"] = clip[mask]
         features = _features(_call(method, clip))
         width = model.get_input_embeddings().embedding_dim
         items = list(features) if isinstance(features, (list, tuple)) else [features]
