@@ -195,6 +195,7 @@ class _Shrinker:
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
         self._fix_merged_widths(original, data)
+        self._fix_downsampled_window(original, data)
         return data
 
     def fresh_id(self) -> int:
@@ -334,6 +335,16 @@ class _Shrinker:
         if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (patch, merge, window)) \
                 and isinstance(data.get("patch_size"), int) and isinstance(data.get("spatial_merge_size"), int):
             data["window_size"] = min(window, 2 * data["patch_size"] * data["spatial_merge_size"])
+
+    @staticmethod
+    def _fix_downsampled_window(original: dict, data: dict) -> None:
+        """A ``window_size`` pooled by ``downsample_rate`` (Granite Speech's projector: ``window_size //
+        downsample_rate`` queries a window) stays a multiple of it: lowered like a token window, 15 // 5
+        became 4 // 5 = 0 queries. Keep at most two queries a window."""
+        window, rate = original.get("window_size"), original.get("downsample_rate")
+        if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (window, rate)) \
+                and window % rate == 0 and isinstance(data.get("window_size"), int):
+            data["window_size"] = rate * min(window // rate, 2)
 
     @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:
