@@ -22,6 +22,7 @@ WITH_AUDIO = {
     "AudioFlamingo3ForConditionalGeneration": False,  # input_features_mask, fewer valid frames on layout 2
     "GlmAsrForConditionalGeneration": False,      # free length, frame mask
     "Qwen3ASRForConditionalGeneration": False,    # windows of 100 frames
+    "GraniteSpeechForConditionalGeneration": False,  # (B, T, mel), a mask over features, not frames
 }
 
 #: Rows whose audio attempt fails, loudly, and why: ``name -> (stage, where, why)``.
@@ -125,3 +126,12 @@ def test_audio_column_and_summary_share():
     assert "| audio |" in table and "equal (influence 5.0e-01)" in table
     assert "audio" not in summary([CoverageRow("C", built=True, text=Attempt("text", ran=True))])
     assert CoverageRow.from_dict(speech.as_dict()).audio == speech.audio
+
+
+def test_shrinking_keeps_a_downsampled_window_a_multiple_of_the_rate():
+    from transformers import GraniteSpeechConfig
+
+    from patcher.coverage.shrink import shrink_config
+
+    config = shrink_config(GraniteSpeechConfig)
+    assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1

@@ -8,7 +8,8 @@
   length of a Whisper-style tower (``2 * max_source_positions`` frames, padded as the feature
   extractor pads every clip to 30 s);
 - the frame mask where ``forward`` takes one (``feature_attention_mask``, ``input_features_mask``);
-  on a fixed-length tower the second layout marks only part of the frames as real;
+  on a fixed-length tower the second layout marks only part of the frames as real; left out where
+  ``forward`` refuses it but runs without (Granite Speech's mask is over features, not frames);
 - for a model that merges audio features into its text (Qwen2-Audio, Voxtral, ...): ``input_ids``
   with one run of audio placeholder tokens per clip, as many as the model's own audio path yields
   for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``;
@@ -110,7 +111,29 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
             pool, pad_token_id(config), batch_size, seq_len, [span], left_padding, generator)
     sample.update(inputs)
     sample = {key: value for key, value in sample.items() if key in accepted}
+    sample = _without_a_mask_forward_refuses(model, sample, mask_input(model))
     return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in sample.items()}
+
+
+def _without_a_mask_forward_refuses(model, sample: dict[str, Any], mask: str | None) -> dict[str, Any]:
+    """The sample, less its frame mask where the model's forward refuses it but runs without: some
+    models name a mask over the audio *features* as others name the frame mask (Granite Speech's
+    ``input_features_mask`` selects projected features). The first error when neither runs."""
+    if mask is None or mask not in sample:
+        return sample
+    extra = {"use_cache": False} if "use_cache" in forward_names(model) else {}
+    try:
+        with torch.no_grad():
+            model(**sample, **extra)
+        return sample
+    except Exception as exc:  # noqa: BLE001
+        without = {key: value for key, value in sample.items() if key != mask}
+        try:
+            with torch.no_grad():
+                model(**without, **extra)
+        except Exception:  # noqa: BLE001
+            raise exc from None
+        return without
 
 
 def with_other_audio(sample: dict[str, Any], seed: int) -> dict[str, Any]:
