@@ -16,9 +16,12 @@ from .sample import build_audio_sample, clip_inputs, with_other_audio
 from .tokens import audio_token_id, fill_audio_ids, run_audio_path
 
 
-def has_audio_path(cls) -> bool:
-    """Whether the class's forward takes an audio clip."""
-    return audio_input(cls) is not None
+def has_audio_path(cls, config=None) -> bool:
+    """Whether the class's forward takes an audio clip (and, with ``config``, the config has its
+    audio tower: Gemma 4's optional ``audio_config`` left None builds without one)."""
+    if audio_input(cls) is None:
+        return False
+    return config is None or not (hasattr(config, "audio_config") and getattr(config, "audio_config") is None)
 
 
 __all__ = ["audio_input", "audio_token_id", "build_audio_sample", "clip_inputs", "fill_audio_ids",

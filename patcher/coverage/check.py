@@ -264,7 +264,7 @@ def check_architecture(
         attempts.append(Attempt("multimodal"))
     row.text = attempts[0]
     row.multimodal = attempts[1] if len(attempts) > 1 else None
-    if multimodal and has_audio_path(cls):
+    if multimodal and has_audio_path(cls, config):
         row.audio = Attempt("audio")
         attempts.append(row.audio)
 
