@@ -71,6 +71,8 @@ class CoverageRow:
     #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
+    #: a clip fed to a class whose forward takes audio (patcher.coverage.audio_attempt)
+    audio: Attempt | None = None
     seconds: float = 0.0
 
     @property
@@ -87,7 +89,7 @@ class CoverageRow:
     @classmethod
     def from_dict(cls, data: dict) -> "CoverageRow":
         data = dict(data)
-        for key in ("text", "multimodal", "video", "vision_blocks"):
+        for key in ("text", "multimodal", "video", "vision_blocks", "audio"):
             if data.get(key) is not None:
                 data[key] = Attempt(**data[key])
         return cls(**data)
@@ -226,6 +228,8 @@ def check_architecture(
     from ..videos import has_video_layout
     from .sweep_samples import has_multimodal_builder
     from .shrink import shrink_config
+    from ..audio import fill_audio_ids, has_audio_path
+    from .audio_attempt import check_audio_influence, mark_audio_only
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -234,6 +238,7 @@ def check_architecture(
         cls = resolve_model_class(name)
         stage = "config"
         config = shrink_config(cls.config_class)
+        fill_audio_ids(config, cls)
         row.model_type = getattr(config, "model_type", None)
         row.image_path = has_image_path(cls, config)
         stage = "size"
@@ -265,6 +270,9 @@ def check_architecture(
     row.text = attempts[0]
     row.multimodal = next((attempt for attempt in attempts if attempt.mode == "multimodal"), None)
     row.video = next((attempt for attempt in attempts if attempt.mode == "video"), None)
+    if multimodal and has_audio_path(cls, config):
+        row.audio = Attempt("audio")
+        attempts.append(row.audio)
 
     # The eager original on each sample first: "built" means the tiny model runs.
     samples = {}
@@ -299,8 +307,14 @@ def check_architecture(
                 _record_failure(attempt, "influence", exc, _Generated(), original_file)
             if attempt.stage == "influence":
                 samples.pop(attempt.mode)
+        if attempt.mode == "audio":
+            check_audio_influence(attempt, samples[attempt.mode][1])
+            if attempt.stage == "influence":
+                samples.pop(attempt.mode)
+    mark_audio_only(row.text, row.audio)
     text = attempts[0]
-    if not text.ran and text.stage == "eager" and any(attempt.ran for attempt in attempts[1:]):
+    visual = [attempt for attempt in attempts if attempt.mode in ("multimodal", "video")]
+    if not text.ran and text.stage == "eager" and any(attempt.ran for attempt in visual):
         text.stage = NEEDS_IMAGES  # its error stays: what the forward said without images
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
@@ -418,6 +432,10 @@ def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
     from ..images import second_layout
     from .sweep_samples import coverage_multimodal_sample, coverage_text_sample
 
+    if mode == "audio":
+        from .audio_attempt import audio_samples
+
+        return audio_samples(model, seed)
     if mode == "text":
         return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
                 coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]

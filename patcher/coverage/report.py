@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from .audio_attempt import AUDIO_ONLY
 from .check import NEEDS_IMAGES, NO_TOWER, Attempt, CoverageRow
 
 
@@ -33,7 +34,7 @@ def summary(rows: list[CoverageRow]) -> str:
             + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
             f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
-            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + video_share(built))
+            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + video_share(built) + audio_share(rows))
 
 
 def video_share(built: list[CoverageRow]) -> str:
@@ -45,6 +46,20 @@ def video_share(built: list[CoverageRow]) -> str:
     ran = [row for row in rows if row.video.ran and row.video.stage not in ("sample", "eager", "influence")]
     return (f"; video: {len(rows)} with a video layout, built {len(ran)}, "
             f"traced {sum(row.video.traced for row in ran)}, equal {sum(row.video.equal for row in ran)}")
+
+
+def audio_share(rows: list[CoverageRow]) -> str:
+    """``; audio: N with an audio input, built B, traced T, equal E``: of the classes whose forward
+    takes a clip, those whose eager model ran on it with the clip reaching its logits (built), traced,
+    and equal to eager on both clip layouts and on another clip. Empty for a sweep without audio."""
+    audio = [row for row in rows if getattr(row, "audio", None) is not None]
+    if not audio:
+        return ""
+    built = [row for row in audio if row.audio.ran and row.audio.stage not in ("sample", "eager", "influence")]
+    traced = [row for row in built if row.audio.traced]
+    equal = [row for row in built if row.audio.equal]
+    return (f"; audio: {len(audio)} with an audio input, built {len(built)}, traced {len(traced)}, "
+            f"equal {len(equal)}")
 
 
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
@@ -69,6 +84,14 @@ def _vision_cell(row: CoverageRow) -> str:
     if not attempt.ran:
         return attempt.stage or "-"
     return _failed_attempt_cell(attempt)
+
+
+def _attempt_cell(attempt: Attempt | None) -> str:
+    """``equal (influence X)``, or where the attempt stopped; ``-`` without the attempt."""
+    if attempt is None:
+        return "-"
+    cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
+    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
 
 
 def _failed_attempt_cell(attempt: Attempt) -> str:
@@ -148,10 +171,11 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
         return (f"{row.stage}", row.error_location or "", "", row.error or "")
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
-    for attempt in (row.text, row.multimodal, getattr(row, "video", None)):
+    for attempt in (row.text, row.multimodal, getattr(row, "video", None), getattr(row, "audio", None)):
         # an attempt that stopped before eager ran (its sample failed) is a blocker like any other;
-        # a text attempt that needs images is none (the image attempt checks the row)
-        if attempt is not None and attempt.stage == NEEDS_IMAGES:
+        # a text attempt that needs images is none (the image attempt checks the row), nor one of a
+        # speech model that needs a clip (its audio attempt says how it went)
+        if attempt is not None and attempt is row.text and attempt.stage in (NEEDS_IMAGES, AUDIO_ONLY):
             continue
         if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
@@ -201,7 +225,7 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
-              "multimodal", "vision blocks", "video", "blocker", "where", "rewrites"]
+              "multimodal", "vision blocks", "video", "audio", "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
@@ -217,7 +241,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
             _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
             mm_cell,
-            _vision_cell(row), video_cell,
+            _vision_cell(row), video_cell, _attempt_cell(getattr(row, "audio", None)),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
         ]

@@ -46,14 +46,17 @@ _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
     "encoder_layers", "num_encoder_layers", "depth", "num_global_layers", "num_text_layers",
     "num_vision_layers", "text_num_hidden_layers", "num_blocks",
+    "encoder_num_hidden_layers", "decoder_num_hidden_layers",  # Moonshine
 }
 _HEADS = {
     "num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
     "encoder_attention_heads", "attention_heads", "encoder_num_attention_heads", "index_n_heads",
     "linear_num_value_heads", "mamba_n_heads",
+    "decoder_num_attention_heads",  # Moonshine
 }
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "linear_num_key_heads",
-             "n_head_kv", "num_kv_groups"}
+             "n_head_kv", "num_kv_groups",
+             "encoder_num_key_value_heads", "decoder_num_key_value_heads"}  # Moonshine
 _HEAD_DIM = {"head_dim", "rotary_dim", "mamba_headdim", "linear_head_dim", "rotary_emb_dim", "attention_head_dim",
              "kv_channels", "v_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "d_kv", "d_head", "mamba_d_head", "attention_head_size",
              "global_head_dim"}
@@ -192,6 +195,7 @@ class _Shrinker:
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
         self._fix_merged_widths(original, data)
+        self._fix_downsampled_window(original, data)
         return data
 
     def fresh_id(self) -> int:
@@ -331,6 +335,16 @@ class _Shrinker:
         if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (patch, merge, window)) \
                 and isinstance(data.get("patch_size"), int) and isinstance(data.get("spatial_merge_size"), int):
             data["window_size"] = min(window, 2 * data["patch_size"] * data["spatial_merge_size"])
+
+    @staticmethod
+    def _fix_downsampled_window(original: dict, data: dict) -> None:
+        """A ``window_size`` pooled by ``downsample_rate`` (Granite Speech's projector: ``window_size //
+        downsample_rate`` queries a window) stays a multiple of it: lowered like a token window, 15 // 5
+        became 4 // 5 = 0 queries. Keep at most two queries a window."""
+        window, rate = original.get("window_size"), original.get("downsample_rate")
+        if all(isinstance(value, int) and not isinstance(value, bool) and value > 0 for value in (window, rate)) \
+                and window % rate == 0 and isinstance(data.get("window_size"), int):
+            data["window_size"] = rate * min(window // rate, 2)
 
     @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:

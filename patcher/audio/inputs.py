@@ -1,0 +1,82 @@
+"""Which forward arguments carry audio, and what a processor-free clip looks like for them.
+
+Two kinds of audio input, named by the model's ``forward``:
+
+- log-mel features (``input_features``, Phi-4's ``audio_input_features``): ``(clips, mel_bins,
+  frames)`` as Whisper's feature extractor gives them, or ``(clips, frames, mel_bins)`` (Parakeet,
+  Gemma 3n, Granite Speech); the number of mel bins comes from the audio part of the config;
+- raw waveforms (``input_values``): ``(clips, samples)``.
+
+Which of the two arrangements a tower takes is not in the config: with a model at hand, the first
+arrangement its own audio path runs on is used (:mod:`patcher.audio.tokens`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+#: forward arguments holding log-mel features, and those holding raw waveforms
+FEATURE_INPUTS = ("input_features", "audio_input_features")
+WAVEFORM_INPUTS = ("input_values",)
+#: forward arguments holding the clip's frame mask (1 on real frames)
+MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention_mask", "input_values_mask")
+#: sub-configs that describe the audio tower, nearest first
+AUDIO_CONFIGS = ("audio_config", "encoder_config", "speech_config", "audio_encoder_config")
+#: config fields giving the width of one feature frame (mel bins)
+MEL_FIELDS = ("num_mel_bins", "input_feat_per_channel", "feature_size", "n_mels", "input_size", "input_dim",
+              "num_mel_filters")
+
+
+def forward_names(model_or_cls) -> list[str]:
+    forward = model_or_cls.forward
+    try:
+        return list(inspect.signature(forward).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def audio_input(model_or_cls) -> str | None:
+    """The forward argument that carries the audio clip (None: the class takes no audio)."""
+    names = forward_names(model_or_cls)
+    for name in (*FEATURE_INPUTS, *WAVEFORM_INPUTS):
+        if name in names:
+            return name
+    return None
+
+
+def mask_input(model_or_cls) -> str | None:
+    names = forward_names(model_or_cls)
+    return next((name for name in MASK_INPUTS if name in names), None)
+
+
+def audio_config(config):
+    """The sub-config of the audio tower (the config itself where it has none: Whisper)."""
+    for name in AUDIO_CONFIGS:
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            return sub
+    return config
+
+
+def mel_bins(config) -> int:
+    for owner in (audio_config(config), config):
+        for name in MEL_FIELDS:
+            value = getattr(owner, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                channels = getattr(owner, "input_channels", 1) if name == "input_feat_per_channel" else 1
+                return int(value) * int(channels or 1)
+    raise ValueError(f"{config.model_type}: no mel-bin count in the audio config (looked for {', '.join(MEL_FIELDS)})")
+
+
+def feature_variants(config, clips: int, frames: int, generator: torch.Generator, dtype) -> list[torch.Tensor]:
+    """One log-mel clip batch in the two arrangements towers take: ``(clips, mel, frames)`` first
+    (Whisper's), then ``(clips, frames, mel)``; the same values in both."""
+    mel = mel_bins(config)
+    features = torch.randn(clips, mel, frames, generator=generator).to(dtype)
+    return [features, features.transpose(1, 2).contiguous()]
+
+
+def waveform(clips: int, samples: int, generator: torch.Generator, dtype) -> torch.Tensor:
+    return (0.1 * torch.randn(clips, samples, generator=generator)).to(dtype)

@@ -1,0 +1,129 @@
+"""Audio tokens in text rows: which id, and how many a clip yields.
+
+The number of features a clip yields depends on the tower's convolutions, pooling, chunking and
+projector; hand-counting it per model goes stale. With a model at hand,
+:func:`run_audio_path` runs the model's own audio path eagerly on the synthetic clip and
+:func:`features_per_clip` counts what comes out: ``get_audio_features`` (text-width features),
+else the tower's own ``_get_feat_extract_output_lengths`` on the frame mask (Qwen2-Audio merges
+inside ``forward``); an encoder-decoder's encoder is run only to check it takes the clip.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from ..config_tokens import special_tokens
+from ..images.tokens import first_field
+
+TOKEN_FIELDS = ("audio_token_id", "audio_token_index")
+
+
+def audio_token_id(config) -> int | None:
+    """The placeholder id the model replaces by audio features (None: the model takes no audio
+    tokens, e.g. an encoder-decoder)."""
+    token = first_field(config, TOKEN_FIELDS)
+    if token is None:
+        from .inputs import audio_config
+
+        token = first_field(audio_config(config), TOKEN_FIELDS)
+    return None if token is None else int(token)
+
+
+def fill_audio_ids(config, cls=None) -> list[str]:
+    """Give an audio placeholder the class leaves None (Voxtral's ``audio_token_id``; checkpoints set
+    it from their tokenizer) a free id of the text vocabulary, in place: with the placeholder None
+    the model matches no token and no clip could reach its logits. Returns the fields set."""
+    from .inputs import audio_input
+
+    if cls is not None and audio_input(cls) is None:
+        return []
+    filled = []
+    vocab = config.get_text_config().vocab_size
+    used = special_tokens(config)
+    for name in TOKEN_FIELDS:
+        if name in config.to_dict() and getattr(config, name, None) is None:
+            candidate = vocab - 1
+            while candidate in used:
+                candidate -= 1
+            setattr(config, name, candidate)
+            used.add(candidate)
+            filled.append(name)
+            break
+    return filled
+
+
+def _method(model, name: str):
+    for owner in (model, getattr(model, "model", None)):
+        method = getattr(owner, name, None) if owner is not None else None
+        if callable(method):
+            return method
+    return None
+
+
+def audio_tower(model):
+    for owner in (model, getattr(model, "model", None)):
+        tower = getattr(owner, "audio_tower", None) if owner is not None else None
+        if isinstance(tower, torch.nn.Module):
+            return tower
+    return None
+
+
+def _call(method, inputs: dict[str, Any]):
+    accepted = inspect.signature(method).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    named = {name: value for name, value in inputs.items() if name in accepted}
+    with torch.no_grad():
+        try:
+            return method(**{name: value for name, value in inputs.items() if name in accepted or takes_kwargs})
+        except TypeError:
+            if not takes_kwargs:
+                raise
+            return method(**named)
+
+
+def _features(output: Any):
+    if hasattr(output, "pooler_output") and output.pooler_output is not None:
+        return output.pooler_output
+    if hasattr(output, "keys") and not isinstance(output, torch.Tensor):
+        return next(iter(output.values()))
+    if isinstance(output, tuple) and output:
+        return output[0]
+    return output
+
+
+def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
+    """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
+    how many text-width features all clips yield together (None for an encoder-decoder, whose
+    decoder takes no audio tokens). Raises when the path rejects the clip."""
+    method = _method(model, "get_audio_features")
+    if method is not None:
+        # get_audio_features names the mask as forward does (input_features_mask), or plainly
+        clip = dict(inputs)
+        parameters = inspect.signature(method).parameters
+        if mask and mask in clip and mask not in parameters and "attention_mask" in parameters:
+            clip["attention_mask"] = clip[mask]
+        features = _features(_call(method, clip))
+        width = model.get_input_embeddings().embedding_dim
+        items = list(features) if isinstance(features, (list, tuple)) else [features]
+        return sum(item.numel() // width for item in items if isinstance(item, torch.Tensor))
+    tower = audio_tower(model)
+    if tower is not None:
+        value = inputs[name]
+        with torch.no_grad():
+            tower(value)
+        lengths = (inputs[mask].sum(-1) if mask and mask in inputs
+                   else torch.full((value.shape[0],), value.shape[-1], dtype=torch.long))
+        counted = tower._get_feat_extract_output_lengths(lengths)
+        counted = counted[-1] if isinstance(counted, tuple) else counted
+        return int(counted.sum())
+    if getattr(model.config, "is_encoder_decoder", False) and callable(getattr(model, "get_encoder", None)):
+        encoder = model.get_encoder()
+        clip = {name: inputs[name]}
+        if mask and mask in inputs:
+            clip["attention_mask"] = inputs[mask]
+        _call(encoder.forward, clip)
+        return None
+    raise ValueError(f"{type(model).__name__}: no get_audio_features, audio_tower or encoder to run the clip through")

@@ -1,0 +1,137 @@
+"""The coverage check with audio on a fixed set of speech and audio-text models (the CI slice of
+``scripts/coverage.py`` for audio): each row built from its real config class, fed a
+processor-free clip (``patcher.audio``), traced, and equal to eager exactly on two clip layouts and
+on another clip, with the clip reaching the logits (audio influence)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from patcher.coverage import check_architecture
+from patcher.coverage.audio_attempt import AUDIO_ONLY, MIN_AUDIO_INFLUENCE
+
+# what each adds to the slice
+WITH_AUDIO = {
+    # speech encoder-decoders: no text-only forward, the decoder reads decoder_input_ids
+    "WhisperForConditionalGeneration": True,      # fixed 2 * max_source_positions frames, (B, mel, T)
+    "MoonshineForConditionalGeneration": True,    # raw waveform input_values, two lengths
+    "Speech2TextForConditionalGeneration": True,  # (B, T, mel) features, two lengths
+    # audio-text LMs: audio placeholder tokens counted by the model's own get_audio_features
+    "VoxtralForConditionalGeneration": False,     # audio_token_id left None by the class: a free id
+    "AudioFlamingo3ForConditionalGeneration": False,  # input_features_mask, fewer valid frames on layout 2
+    "GlmAsrForConditionalGeneration": False,      # free length, frame mask
+    "Qwen3ASRForConditionalGeneration": False,    # windows of 100 frames
+    "GraniteSpeechForConditionalGeneration": False,  # (B, T, mel), a mask over features, not frames
+}
+
+#: Rows whose audio attempt fails, loudly, and why: ``name -> (stage, where, why)``.
+AUDIO_FAILS = {
+    "Qwen2AudioForConditionalGeneration": (
+        "trace", "modeling_qwen2_audio.py:678",
+        "`if input_features is not None and input_ids.shape[1] != 1:` is control flow on a shape that the "
+        "patcher leaves in place (the text sample never reaches it: input_features is None)"),
+}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("generated")
+
+
+_ROWS: dict = {}
+
+
+def _row(name, cache_dir):
+    if name not in _ROWS:
+        _ROWS[name] = check_architecture(name, cache_dir=cache_dir)
+    return _ROWS[name]
+
+
+@pytest.mark.parametrize("name", list(WITH_AUDIO))
+def test_traces_with_audio_and_equals_eager(name, cache_dir):
+    row = _row(name, cache_dir)
+    audio = row.audio
+    assert row.built and audio is not None, (row.stage, row.error)
+    assert audio.ran, (audio.stage, audio.error)
+    assert audio.influence is not None and audio.influence > MIN_AUDIO_INFLUENCE, audio
+    assert audio.traced, (audio.stage, audio.error, audio.blocker_location)
+    assert audio.subgraphs == audio.expected >= 2, audio
+    assert audio.max_diff == 0.0 and audio.reuse_diff == 0.0, audio
+    assert audio.equal  # the third sample (another clip) is equal too
+    if WITH_AUDIO[name]:
+        # a speech model needs its clip: the text sample fails in eager, and says why
+        assert not row.text.ran and row.text.stage == AUDIO_ONLY, row.text
+    else:
+        assert row.text.equal, row.text
+
+
+@pytest.mark.parametrize("name", list(AUDIO_FAILS))
+def test_audio_failures_are_loud(name, cache_dir):
+    row = _row(name, cache_dir)
+    stage, where, _why = AUDIO_FAILS[name]
+    assert row.audio is not None and row.audio.ran and row.audio.influence > MIN_AUDIO_INFLUENCE, row.audio
+    assert not row.audio.equal and row.audio.stage == stage, row.audio
+    assert where in (row.audio.blocker_location or ""), row.audio
+
+
+def test_audio_tokens_are_what_the_audio_path_yields():
+    from patcher.audio import build_audio_sample, run_audio_path
+    from patcher.coverage.check import _build
+    from patcher.coverage.shrink import shrink_config
+    from patcher.audio import fill_audio_ids
+    from transformers import VoxtralForConditionalGeneration
+
+    config = shrink_config(VoxtralForConditionalGeneration.config_class)
+    assert config.audio_token_id is None and fill_audio_ids(config, VoxtralForConditionalGeneration)
+    model = _build(VoxtralForConditionalGeneration, config, 0)
+    sample = build_audio_sample(model, batch_size=2, seq_len=8, left_padding=1)
+    per_row = (sample["input_ids"] == config.audio_token_id).sum(-1)
+    yielded = run_audio_path(model, {"input_features": sample["input_features"]}, "input_features", None)
+    assert per_row.tolist() == [yielded // 2] * 2 and yielded > 0
+    assert sample["attention_mask"][0, 0] == 0 and sample["input_features"].shape[:2] == (2, config.audio_config.num_mel_bins)
+    # one placeholder short: eager refuses the sample (the count is not a guess that happens to pass)
+    short = sample["input_ids"].clone()
+    short[0, (short[0] == config.audio_token_id).nonzero()[0]] = 5
+    with pytest.raises(Exception):
+        with torch.no_grad():
+            model(**{**sample, "input_ids": short})
+
+
+def test_a_clip_that_never_reaches_the_logits_fails_the_attempt(monkeypatch, tmp_path):
+    # the influence gate: if the "other clip" were the same clip (audio dropped), the row must fail
+    import patcher.audio as audio
+
+    monkeypatch.setattr(audio, "with_other_audio", lambda sample, seed: dict(sample))
+    row = check_architecture("MoonshineForConditionalGeneration", cache_dir=tmp_path)
+    assert row.audio.ran and row.audio.influence == 0.0
+    assert row.audio.stage == "influence" and not row.audio.traced and not row.audio.equal
+
+
+def test_audio_column_and_summary_share():
+    from patcher.coverage.check import Attempt, CoverageRow
+    from patcher.coverage.report import blocker, markdown, summary
+
+    speech = CoverageRow("AForConditionalGeneration", built=True,
+                         text=Attempt("text", stage=AUDIO_ONLY, error="AttributeError: x"),
+                         audio=Attempt("audio", ran=True, traced=True, equal=True, subgraphs=3, expected=3,
+                                       influence=0.5))
+    silent = CoverageRow("BForConditionalGeneration", built=True, text=Attempt("text", ran=True, traced=True, equal=True),
+                         audio=Attempt("audio", ran=True, stage="influence", influence=0.0,
+                                       blocker_kind="no audio influence", error="eager 'logits' changed by 0"))
+    assert summary([speech, silent]).endswith("; audio: 2 with an audio input, built 1, traced 1, equal 1")
+    assert blocker(speech) is None  # the text failure of a model that needs a clip is not its blocker
+    assert blocker(silent)[0] == "influence: no audio influence"
+    table = markdown([speech, silent])
+    assert "| audio |" in table and "equal (influence 5.0e-01)" in table
+    assert "audio" not in summary([CoverageRow("C", built=True, text=Attempt("text", ran=True))])
+    assert CoverageRow.from_dict(speech.as_dict()).audio == speech.audio
+
+
+def test_shrinking_keeps_a_downsampled_window_a_multiple_of_the_rate():
+    from transformers import GraniteSpeechConfig
+
+    from patcher.coverage.shrink import shrink_config
+
+    config = shrink_config(GraniteSpeechConfig)
+    assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
