@@ -304,3 +304,19 @@ def test_shrinking_raises_a_near_zero_init_std_and_keeps_the_others():
     for config_class in (transformers.LlamaConfig, transformers.GotOcr2Config):
         real, tiny = config_class().get_text_config(), shrink_config(config_class).get_text_config()
         assert tiny.initializer_range == real.initializer_range  # ordinary stds stay as they are
+
+
+def test_markdown_has_one_line_per_modality_fed():
+    from patcher.coverage.check import Attempt, CoverageRow
+    from patcher.coverage.report import markdown
+
+    equal = Attempt("x", ran=True, subgraphs=3, expected=3, max_diff=0.0, reuse_diff=0.0)
+    rows = [CoverageRow("A", built=True, text=Attempt("text", ran=True), multimodal=equal,
+                        video=Attempt("video", ran=True, stage="influence"), audio=equal),
+            CoverageRow("B", built=True, text=Attempt("text", ran=True), multimodal=Attempt("multimodal", ran=True))]
+    text = markdown(rows)
+    lines = [line for line in text.splitlines() if line.startswith("- ")]
+    assert lines[0].startswith(f"- images: built 2, traced {int(equal.traced)}, equal {int(equal.equal)} (of 2")
+    assert lines[1].startswith("- video: built 0, traced 0, equal 0 (of 1")
+    assert lines[2].startswith(f"- audio: built 1, traced {int(equal.traced)}, equal {int(equal.equal)} (of 1")
+    assert "Per modality" not in markdown([CoverageRow("C", built=True, text=Attempt("text", ran=True))])

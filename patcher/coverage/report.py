@@ -37,6 +37,28 @@ def summary(rows: list[CoverageRow]) -> str:
             f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + video_share(built) + audio_share(rows))
 
 
+#: Each modality's attempt and what makes its sample "built": eager ran on it and changing only
+#: that input changed eager's logits (its influence, measured per row).
+MODALITIES = (("images", "multimodal", "the pixels"), ("video", "video", "the video"), ("audio", "audio", "the clip"))
+
+
+def modality_lines(rows: list[CoverageRow]) -> list[str]:
+    """One line per modality fed by the sweep: ``images: built X, traced Y, equal Z (of N that take
+    them)``. Built counts only samples whose input provably reaches eager's logits."""
+    lines = []
+    for label, field_name, what in MODALITIES:
+        attempts = [getattr(row, field_name, None) for row in rows]
+        attempts = [attempt for attempt in attempts if attempt is not None]
+        if not attempts:
+            continue
+        built = [attempt for attempt in attempts
+                 if attempt.ran and attempt.stage not in ("sample", "eager", "influence")]
+        lines.append(f"- {label}: built {len(built)}, traced {sum(a.traced for a in built)}, "
+                     f"equal {sum(a.equal for a in built)} (of {len(attempts)} classes given {label}; built = eager "
+                     f"ran and its logits changed when only {what} changed)")
+    return lines
+
+
 def video_share(built: list[CoverageRow]) -> str:
     """``; video: N with a video layout, built B, traced T, equal E``: a video sample is built when
     eager ran on it and the video reaches the logits. Empty for a sweep without video attempts."""
@@ -226,7 +248,11 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
               "multimodal", "vision blocks", "video", "audio", "blocker", "where", "rewrites"]
-    lines = ["# tracezoo coverage", "", summary(rows), "", image_text_to_text_line(rows), ""]
+    lines = ["# tracezoo coverage", "", summary(rows), ""]
+    per_modality = modality_lines(rows)
+    if per_modality:
+        lines += ["Per modality:", "", *per_modality, ""]
+    lines += [image_text_to_text_line(rows), ""]
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
