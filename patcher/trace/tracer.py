@@ -22,7 +22,7 @@ from transformers.utils import ModelOutput
 
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import diagnose
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -67,6 +67,8 @@ class SequentialTracer(fx.Tracer):
         self.failed_module_path: str | None = None
         self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
+        # devices read from `module.device` while tracing (by identity; kept alive) -> the module
+        self._device_sources: dict[int, tuple[torch.device, nn.Module]] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
         # Configs are reached through the module that owns them, so graphs read `self.model.config`.
@@ -140,9 +142,37 @@ class SequentialTracer(fx.Tracer):
             self.constants[name] = value
         return self.create_node("get_attr", name, (), {})
 
+    def module_device_read(self, module: nn.Module, device: Any) -> Any:
+        """``module.device`` read by traced code: a fresh ``torch.device`` object whose identity
+        remembers the module, so that an argument made of it becomes a run-time read
+        (:func:`~patcher.trace.graph_runtime.module_device`). Python code deciding on it
+        (``device.type == "cuda"``) still sees the concrete device."""
+        if not isinstance(device, torch.device):
+            return device
+        device = torch.device(device)
+        self._device_sources[id(device)] = (device, module)
+        return device
+
+    def _device_arg(self, device: torch.device) -> fx.Node | None:
+        """A device the graph must not bake: one read from ``module.device`` (the module's device
+        when the graph runs), or ``meta`` (the device of a model traced on meta, read another way,
+        e.g. ``next(self.parameters()).device``: the model's device when the graph runs)."""
+        source = self._device_sources.get(id(device))
+        if source is not None and source[0] is device:
+            module = source[1]
+        elif device.type == "meta":
+            module = self.model
+        else:
+            return None
+        return self.create_proxy("call_function", module_device, (module,), {}).node
+
     def create_arg(self, a: Any):
         if isinstance(a, fx.Proxy):
             return a.node
+        if isinstance(a, torch.device):
+            node = self._device_arg(a)
+            if node is not None:
+                return node
         if isinstance(a, nn.Module):
             if a is self.model:
                 return self.create_node("get_attr", ROOT_ATTRIBUTE, (), {})
@@ -436,7 +466,7 @@ def trace_graph(
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
     with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-            traced_dtype_queries(), _swapped_class(model, traced_class):
+            traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
         try:
             graph = tracer.trace(model)
         except Exception as exc:  # every failure gets a source location when one exists
@@ -515,6 +545,25 @@ def _tensor_shapes(graph: fx.Graph, model: nn.Module, tracer: SequentialTracer) 
             for name, parameter in module.named_parameters(recurse=False):
                 shapes[f"{node.target}.{name}"] = tuple(parameter.shape)
     return shapes
+
+
+@contextlib.contextmanager
+def _recorded_module_devices(tracer: SequentialTracer):
+    """While tracing, ``module.device`` (transformers' ``ModuleUtilsMixin.device``, read by e.g.
+    ``inputs_embeds.to(self.device)``) is recorded as a run-time read instead of being baked: a model
+    traced on meta would otherwise move values to the meta device when its graph runs."""
+    from transformers.modeling_utils import ModuleUtilsMixin
+
+    original = ModuleUtilsMixin.__dict__["device"]
+
+    def device(module):
+        return tracer.module_device_read(module, original.__get__(module))
+
+    ModuleUtilsMixin.device = property(device, doc=original.__doc__)
+    try:
+        yield
+    finally:
+        ModuleUtilsMixin.device = original
 
 
 @contextlib.contextmanager
