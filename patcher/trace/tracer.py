@@ -12,6 +12,7 @@ import difflib
 import inspect
 import itertools
 import operator
+import re
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -22,7 +23,7 @@ from transformers.utils import ModelOutput
 
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from .diagnose import diagnose
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -166,11 +167,27 @@ class SequentialTracer(fx.Tracer):
             return None
         return self.create_proxy("call_function", module_device, (module,), {}).node
 
+    def _message_arg(self, text: str) -> fx.Node | None:
+        """A string an f-string formatted with proxies (a check's message, ``"tokens: Proxy(sum_1)"``):
+        formatted again when the graph runs, with the values of those nodes (None if a name is not
+        a node of the graph)."""
+        pieces = _PROXY_REPR.split(text)
+        names = pieces[1::2]
+        nodes = {node.name: node for node in self.graph.nodes if node.name in names}
+        if not names or any(name not in nodes for name in names):
+            return None
+        values = [self.proxy(nodes[name]) for name in names]
+        return self.create_proxy("call_function", traced_message, (tuple(pieces[0::2]), *values), {}).node
+
     def create_arg(self, a: Any):
         if isinstance(a, fx.Proxy):
             return a.node
         if isinstance(a, torch.device):
             node = self._device_arg(a)
+            if node is not None:
+                return node
+        if isinstance(a, str) and "Proxy(" in a:
+            node = self._message_arg(a)
             if node is not None:
                 return node
         if isinstance(a, nn.Module):
@@ -199,6 +216,10 @@ class SequentialTracer(fx.Tracer):
             if _is_plain_object(a):
                 return self._reference(a)
             raise
+
+
+#: how a proxy formats itself in an f-string: ``Proxy(<node name>)``
+_PROXY_REPR = re.compile(r"Proxy\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def _is_plain_object(value: Any) -> bool:
