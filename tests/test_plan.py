@@ -149,7 +149,7 @@ def test_cli_plan_bad_arguments(capsys):
 def test_gptq_hessians_count_every_fused_expert():
     # DeepSeek-V3 tiny: 4 routed experts, gate_up (4, 2x16, 32) and down (4, 32, 16), shared expert
     # and dense MLP as nn.Linear; MLA projections as nn.Linear.
-    model = tiny_model("DeepseekV3ForCausalLM", dtype=torch.bfloat16)  # grouped_mm on meta wants bf16
+    model = tiny_model("DeepseekV3ForCausalLM", dtype=torch.bfloat16)  # float32: test_fp32_fused_experts_plan_and_equal_a_real_run
     sample = {"input_ids": torch.randint(3, 96, (1, 4))}
     subgraphs = trace_subgraphs(model, sample, ["DeepseekV3DecoderLayer"])
     plan = plan_memory(model.to("meta"), subgraphs, sample, algorithm="gptq")
@@ -211,3 +211,51 @@ def test_a_real_input_s_values_are_part_of_a_layer_s_cache_key():
     assert cache.key(layer, (hidden, mask), {}) != cache.key(layer, (hidden, mask.clone()), {})
     # a real layer is never cached
     assert cache.key(torch.nn.Linear(4, 4), (hidden,), {}) is None
+
+
+# -- configs that failed to plan (issue 22, item 5) ---------------------------------------------
+
+
+def test_fp32_fused_experts_plan_and_equal_a_real_run():
+    # torch's meta kernel of grouped_mm takes bfloat16 only; the CPU kernel (and the real run) takes
+    # float32: the plan raised "Expected inputs of BF16 type" where `patcher trace` worked
+    model = tiny_model("DeepseekV3ForCausalLM", dtype=torch.float32)
+    sample = {"input_ids": torch.randint(3, 96, (1, 4)), "attention_mask": torch.ones(1, 4, dtype=torch.long)}
+    plan = check_exact(model, ["DeepseekV3DecoderLayer"], sample, samples=2)
+    assert set(plan.parameter_bytes) == {"float32"}
+
+
+def _config_file(tmp_path, config, architecture):
+    data = config.to_dict()
+    data["architectures"] = [architecture]
+    path = tmp_path / architecture / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("config_name, model_name, extra", [
+    ("OlmoeConfig", "OlmoeForCausalLM", {}),
+    ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", {"moe_intermediate_size": 16, "head_dim": 8}),
+])
+def test_cli_plan_of_an_fp32_moe_config(config_name, model_name, extra, tmp_path, capsys):
+    config = getattr(transformers, config_name)(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                                num_attention_heads=4, num_key_value_heads=2, num_experts=4,
+                                                num_experts_per_tok=2, vocab_size=96, dtype="float32", **extra)
+    path = _config_file(tmp_path, config, model_name)
+    assert main(["plan", model_name, path, "--seq-len", "16", "--samples", "2", "--algorithm", "gptq"]) == 0, \
+        capsys.readouterr().err
+    assert "float32" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config_name, model_name", [
+    ("Mistral3Config", "Mistral3ForConditionalGeneration"),  # split sizes from image_sizes moved to meta
+])
+def test_cli_plan_with_images_of_vision_language_models(config_name, model_name, tmp_path, capsys):
+    from patcher.coverage.shrink import shrink_config
+
+    path = _config_file(tmp_path, shrink_config(getattr(transformers, config_name)), model_name)
+    status = main(["plan", model_name, path, "--multimodal", "--seq-len", "16", "--samples", "2"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "Memory plan for" in captured.out and "Proxy(" not in captured.out + captured.err

@@ -199,7 +199,9 @@ def _map_tensors(value: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
 
 
 def _to_meta(value: Any) -> Any:
-    return _map_tensors(value, lambda tensor: tensor.to("meta"))
+    # not `.to("meta")`, which the mode keeps on the CPU for integers: these values are stand-ins
+    return _map_tensors(value, lambda tensor: tensor if tensor.device.type == "meta"
+                        else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"))
 
 
 def _materialize(value: Any) -> Any:
@@ -225,9 +227,71 @@ class _MetaWhereMixed(TorchFunctionMode):
             if isinstance(value, torch.Tensor) and id(value) in self.weights:
                 self.read[id(value)] = value
         devices = {value.device.type for value in flat if isinstance(value, torch.Tensor) and value.ndim}
+        if func in _KEEPS_VALUES and "meta" not in devices and _keeps_values(func, args, kwargs):
+            # integers moved to the device of a meta value (`torch.as_tensor(image_sizes,
+            # device=features.device)`, `torch.arange(n, device=x.device)`) stay real: code reads
+            # their values next (`.tolist()` for split sizes)
+            args, kwargs = tree_map(_cpu_device, (args, kwargs))
+            devices = set()
+        elif func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
+            # a meta value moved to the device of a real one (`x.to(pixel_values.device)`) stays on meta
+            args, kwargs = tree_map(_meta_device, (args, kwargs))
         if "meta" in devices and len(devices) > 1:
             args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+        if func in _GROUPED_MM and "meta" in devices:
+            return _grouped_mm_on_meta(func, args, kwargs)
         return func(*args, **kwargs)
+
+
+#: functions that make or move a tensor to a given device
+_KEEPS_VALUES = {torch.Tensor.to, torch.as_tensor, torch.tensor, torch.arange}
+#: grouped matrix products (fused MoE experts): their meta kernels accept bfloat16 only
+_GROUPED_MM = {getattr(owner, name) for owner, name in ((torch, "_grouped_mm"), (torch.nn.functional, "grouped_mm"))
+               if hasattr(owner, name)}
+
+
+def _is_meta_device(value: Any) -> bool:
+    return isinstance(value, (torch.device, str)) and str(value).split(":")[0] == "meta"
+
+
+def _meta_device(value: Any) -> Any:
+    return torch.device("meta") if isinstance(value, torch.device) or (
+        isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda", "xpu", "mps", "hpu", "npu")) else value
+
+
+def _cpu_device(value: Any) -> Any:
+    return torch.device("cpu") if _is_meta_device(value) else value
+
+
+def _keeps_values(func, args, kwargs) -> bool:
+    """Whether ``func`` would move real integer values (or Python numbers) to the meta device."""
+    if not any(_is_meta_device(value) for value in tree_flatten((args, kwargs))[0]):
+        return False
+    dtype = kwargs.get("dtype") or next((value for value in args if isinstance(value, torch.dtype)), None)
+    if dtype is not None and (dtype.is_floating_point or dtype.is_complex):
+        return False
+    if func is torch.Tensor.to:
+        return isinstance(args[0], torch.Tensor) and _is_integer(args[0])
+    data = args[0] if args else kwargs.get("data", kwargs.get("end"))
+    if isinstance(data, torch.Tensor):
+        return _is_integer(data)
+    return all(isinstance(value, (int, bool)) for value in tree_flatten((args, kwargs.get("data")))[0]
+               if not isinstance(value, (torch.dtype, torch.device, str)))
+
+
+def _grouped_mm_on_meta(func, args, kwargs):
+    """The meta kernel of ``grouped_mm`` takes bfloat16 only (the CUDA kernel's rule), while the
+    CPU kernel and the eager fallbacks take float32 too: on meta, the product of bfloat16 stand-ins
+    in the inputs' dtype (only shapes and dtypes are read)."""
+    tensors = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
+    dtype = kwargs.get("out_dtype") or (tensors[0].dtype if tensors else None)
+    if dtype in (None, torch.bfloat16):
+        return func(*args, **kwargs)
+    args, kwargs = tree_map(lambda value: value.to(torch.bfloat16) if isinstance(value, torch.Tensor)
+                            and value.is_floating_point() else value, (args, kwargs))
+    if "out_dtype" in kwargs:
+        kwargs["out_dtype"] = torch.bfloat16
+    return func(*args, **kwargs).to(dtype)
 
 
 def _meta_tensor(value: Any) -> Any:
