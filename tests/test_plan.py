@@ -249,6 +249,8 @@ def test_cli_plan_of_an_fp32_moe_config(config_name, model_name, extra, tmp_path
 
 
 @pytest.mark.parametrize("config_name, model_name", [
+    ("AyaVisionConfig", "AyaVisionForConditionalGeneration"),  # pixel shuffle: the config's count was 4x
+    ("Llama4Config", "Llama4ForConditionalGeneration"),
     ("Mistral3Config", "Mistral3ForConditionalGeneration"),  # split sizes from image_sizes moved to meta
 ])
 def test_cli_plan_with_images_of_vision_language_models(config_name, model_name, tmp_path, capsys):
@@ -259,3 +261,35 @@ def test_cli_plan_with_images_of_vision_language_models(config_name, model_name,
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert "Memory plan for" in captured.out and "Proxy(" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("config_name, model_name", [
+    ("AyaVisionConfig", "AyaVisionForConditionalGeneration"),
+    ("Llama4Config", "Llama4ForConditionalGeneration"),
+    ("VipLlavaConfig", "VipLlavaForConditionalGeneration"),  # image_seq_length 576 of the real model
+])
+def test_the_cli_sample_has_the_image_tokens_the_model_makes(config_name, model_name, tmp_path):
+    # The CLI's sample is built for a model on meta; its image-token count came from the config alone
+    # (4 tokens where Aya Vision's pixel shuffle makes 1 feature), and `patcher trace --multimodal`
+    # said success on it. It is counted with the model's own vision path, on meta, now.
+    from patcher.attempt import prepare_trace
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model
+
+    config = shrink_config(getattr(transformers, config_name))
+    setup = prepare_trace(_config_file(tmp_path, config, model_name), model_name, multimodal_data=True, device="cpu")
+    assert setup.notes == []
+    torch.manual_seed(0)
+    model = build_model(setup.model_class, config, device="cpu").eval()
+    with torch.no_grad():
+        model(**setup.sample, use_cache=False)  # raised "Image features and image tokens do not match"
+
+
+def test_trace_says_when_the_image_token_count_is_not_checked(tmp_path, capsys):
+    # Gemma 4's vision path needs values meta tensors lack (nonzero): the count is the config's,
+    # and the output says it could not be checked instead of implying it was
+    from patcher.coverage.shrink import shrink_config
+
+    path = _config_file(tmp_path, shrink_config(transformers.Gemma4Config), "Gemma4ForConditionalGeneration")
+    main(["trace", "Gemma4ForConditionalGeneration", path, "--multimodal"])
+    assert "could not count them on the meta device" in capsys.readouterr().out

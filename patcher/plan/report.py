@@ -82,5 +82,7 @@ def plan_model(
     sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
     subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph)
-    return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
+    plan = plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
                        name=f"{setup.model_class.__name__} ({model_id})")
+    plan.notes += [note.removeprefix("note: ") for note in setup.notes]
+    return plan
