@@ -72,6 +72,18 @@ def cfg(tmp: Path, data=None, text: str | None = None, name: str = "config.json"
     return str(path)
 
 
+def mismatched_llama4(tmp: Path) -> str:
+    """A tiny Llama 4 config whose vision projector does not take the tower's width: it traces, and
+    fails only when the vision path runs (in ``patcher plan``, on meta tensors)."""
+    import transformers
+
+    from patcher.coverage.shrink import shrink_config
+
+    data = shrink_config(transformers.Llama4Config).to_dict()
+    data["vision_config"]["projector_input_dim"] += 8
+    return cfg(tmp, data=data)
+
+
 def raw_file(tmp: Path, name: str, data: bytes) -> str:
     (tmp / name).write_bytes(data)
     return str(tmp / name)
@@ -253,6 +265,10 @@ ROWS = [
         ("defines class 'LlamaForCausalLM'",)),
     Row("trace-file-syntax-error", lambda t: ["trace", src(t, "x = (\n") + ":M", cfg(t)], 2, ("syntax error",)),
     Row("trace-missing-argument", lambda t: ["trace", "LlamaForCausalLM"], 2, ("MODEL_ID",)),
+    # ---- plan
+    Row("plan-fails-on-meta", lambda t: ["plan", "Llama4ForConditionalGeneration", mismatched_llama4(t), "--multimodal",
+                                         "--seq-len", "16", "--samples", "2"], 1,
+        ("subgraph 0 could not run on meta tensors", "modeling_llama4.py:", "fix: the eager model most likely fails")),
     # ---- graph
     Row("graph-unknown-format", lambda t: ["graph", "LlamaForCausalLM", cfg(t), "-o", str(t / "g.xyz")], 2,
         ("cannot tell the format",)),

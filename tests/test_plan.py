@@ -293,3 +293,23 @@ def test_trace_says_when_the_image_token_count_is_not_checked(tmp_path, capsys):
     path = _config_file(tmp_path, shrink_config(transformers.Gemma4Config), "Gemma4ForConditionalGeneration")
     main(["trace", "Gemma4ForConditionalGeneration", path, "--multimodal"])
     assert "could not count them on the meta device" in capsys.readouterr().out
+
+
+def test_a_failure_on_meta_is_one_line_with_the_model_line_and_the_fix():
+    # A sample whose image tokens do not fit the features: the check's message was formatted with
+    # proxies while tracing ("tokens: Proxy(sum_1)") and came out as a raw error
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model
+    from patcher.plan import PlanError
+    from patcher.samples import sample_input
+
+    config = shrink_config(transformers.AyaVisionConfig)
+    model = build_model(transformers.AyaVisionForConditionalGeneration, config, device="meta")
+    sample = sample_input(config, multimodal=True)  # the config's count: 4 tokens for 1 feature
+    subgraphs = trace_subgraphs(model, {k: v.to("meta") for k, v in sample.items()}, ["Cohere2DecoderLayer"])
+    with pytest.raises(PlanError) as caught:
+        plan_memory(model, subgraphs, sample)
+    message = str(caught.value)
+    assert "\n" not in message and "Proxy(" not in message
+    assert "tokens: 4, features: 1" in message
+    assert "modeling_aya_vision.py:" in message and "fix: the sample does not fit the model" in message

@@ -19,7 +19,7 @@ SAMPLES, GPTQ Hessians (in_features^2 fp32 per nn.Linear in its targets), the GP
 only this subgraph on the device, and the CPU cache of activations handed on. Parameter and
 activation bytes are exact; the intermediate peak inside a subgraph is an estimate (values of
 the graph only; the inside of a called module such as attention scores is not counted).
-Exit status: 0 planned, 1 failed to trace, 2 bad arguments.
+Exit status: 0 planned, 1 failed to trace or to run on meta tensors, 2 bad arguments.
 """
 
 
@@ -55,6 +55,7 @@ def run_plan(args) -> int:
         return 2
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..trace import TracingError
+    from .memory import PlanError
     from .report import format_plan, plan_model
 
     try:
@@ -67,6 +68,9 @@ def run_plan(args) -> int:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {args.model_class}:", file=sys.stderr)
         print(construct.describe() if construct is not None else str(exc), file=sys.stderr)
+        return 1
+    except PlanError as exc:
+        print(f"patcher plan: error: {exc}", file=sys.stderr)
         return 1
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher plan: error: {exc}", file=sys.stderr)

@@ -333,7 +333,10 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
             else:
                 args = _plain(fx.map_arg(node.args, env.__getitem__))
                 kwargs = _plain(fx.map_arg(node.kwargs, env.__getitem__))
-                value = _call(model, root, node, args, kwargs, cache)
+                try:
+                    value = _call(model, root, node, args, kwargs, cache)
+                except Exception as exc:  # noqa: BLE001  (model code, on meta: said in one line with its place)
+                    raise PlanError(subgraph.index, node, exc) from exc
             env[node] = value
             size = tensor_bytes(value) if node.op != "get_attr" else 0
             sizes[node] = size
@@ -346,6 +349,50 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
                     if used.op != "placeholder":
                         del env_value
     return outputs, peak, mode.read
+
+
+class PlanError(RuntimeError):
+    """A subgraph failed to run on meta tensors: ``str()`` is one line naming the subgraph, the model
+    code that raised (file:line), the error and the fix."""
+
+    def __init__(self, index: int, node: fx.Node, exc: BaseException):
+        from ..trace.liveness import describe_node
+
+        self.index, self.node, self.error = index, node, exc
+        where = _model_frame(exc)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        real_model = "plan from Python with patcher.plan.plan_memory(model, subgraphs, sample) on a real model " \
+                     "(only shapes and dtypes are read)"
+        if isinstance(exc, (ValueError, AssertionError, IndexError, KeyError)):
+            fix = ("the sample does not fit the model (e.g. image tokens and image features): check the options, "
+                   "or plan your own sample from Python with patcher.plan.plan_memory(model, subgraphs, sample)")
+        elif isinstance(exc, NotImplementedError) or "meta" in message:
+            fix = f"this code needs tensor values or a kernel the meta device lacks: {real_model}"
+        else:
+            fix = ("the eager model most likely fails here too: check that the config's sizes fit together and the "
+                   f"options; if it runs eagerly, {real_model}")
+        super().__init__(f"subgraph {index} could not run on meta tensors: {type(exc).__name__}: {message} "
+                         f"(raised at {where}, by its node {describe_node(node)}); fix: {fix}")
+
+
+def _model_frame(exc: BaseException) -> str:
+    """``file:line in function()`` of the innermost frame of model code in ``exc``'s traceback (not
+    torch, not tracezoo, not transformers' generic helpers such as its check functions)."""
+    import os
+    import traceback
+
+    from ..trace.diagnose import _short_path
+
+    skip = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, os))
+    patcher_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    chosen = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = frame.filename
+        if name.startswith(skip) or name.startswith(patcher_dir) or name.startswith("<") \
+                or f"transformers{os.sep}utils{os.sep}" in name:
+            continue
+        chosen = frame
+    return f"{_short_path(chosen.filename)}:{chosen.lineno} in {chosen.name}()" if chosen else "an unknown place"
 
 
 def _plain(value: Any) -> Any:
