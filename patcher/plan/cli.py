@@ -17,8 +17,8 @@ BATCH x SEQ_LEN sample and runs every subgraph on meta tensors: shapes and dtype
 bytes. Per subgraph: parameter bytes by dtype, activation bytes into and out of it for all
 SAMPLES, GPTQ Hessians (in_features^2 fp32 per nn.Linear in its targets), the GPU peak with
 only this subgraph on the device, and the CPU cache of activations handed on. Parameter and
-activation bytes are exact; the intermediate peak inside a subgraph is an estimate (values of
-the graph only; the inside of a called module such as attention scores is not counted).
+activation bytes are exact; the GPU peak counts the live tensors inside the called modules too
+(attention scores, MLP intermediates), not allocator overhead or kernel workspaces.
 Exit status: 0 planned, 1 failed to trace or to run on meta tensors, 2 bad arguments.
 """
 

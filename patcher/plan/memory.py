@@ -4,9 +4,14 @@ Every subgraph of a traced model runs once on the ``meta`` device (the model sta
 no weights are allocated): each node's output shape and dtype give its bytes, so the
 activations handed between subgraphs are known exactly, for any architecture, with no formula
 per model. What the plan *measures* (exact, checked against real runs on tiny models):
-parameter bytes per subgraph and activation bytes at every boundary. What it *estimates*:
-the intermediate peak inside a subgraph (liveness of graph values; the inside of a called
-module such as attention's score matrix is not visible) and allocator overheads (none counted).
+parameter bytes per subgraph and activation bytes at every boundary, and the peak of live tensor
+bytes while a subgraph runs: its inputs, the graph's values until their last use, and what each
+called module allocates inside (attention scores, MLP intermediates: :mod:`.live` counts every
+storage the dispatcher returns until it is garbage). ``scaled_dot_product_attention`` counts as
+the fused kernel torch's CPU selection picks for its shapes (output and log-sum-exp; the math path,
+scores included, where no fused kernel applies). Not counted: the allocator's caching and
+fragmentation, workspaces kernels allocate outside the dispatcher, and what calibration hooks
+allocate (GPTQ's Hessian updates).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..partition import Subgraph
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
+from .live import LiveBytes, untracked
 from .module_cache import ModuleCache, all_meta, fresh_copy
 
 ALGORITHMS = ("none", "gptq")
@@ -63,7 +69,8 @@ class SubgraphPlan:
     #: GPTQ: one fp32 in_features^2 Hessian per nn.Linear inside the targets
     hessian_bytes: int
     hessian_linears: int
-    #: estimated: max live graph values while the subgraph runs one batch (inputs included)
+    #: peak of live tensor bytes while the subgraph runs one batch: its inputs, graph values and
+    #: what the modules it calls allocate inside (no allocator overhead, no hooks)
     intermediate_peak_bytes: int
     #: GPU peak with this subgraph resident: parameters + Hessians + intermediate peak
     gpu_peak_bytes: int
@@ -237,9 +244,12 @@ class _MetaWhereMixed(TorchFunctionMode):
             # a meta value moved to the device of a real one (`x.to(pixel_values.device)`) stays on meta
             args, kwargs = tree_map(_meta_device, (args, kwargs))
         if "meta" in devices and len(devices) > 1:
-            args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+            with untracked():  # stand-ins of values the real run has once, on its device
+                args, kwargs = tree_map(_meta_tensor, (args, kwargs))
         if func in _GROUPED_MM and "meta" in devices:
             return _grouped_mm_on_meta(func, args, kwargs)
+        if func is torch.nn.functional.scaled_dot_product_attention and "meta" in devices:
+            return _attention_on_meta(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -279,6 +289,41 @@ def _keeps_values(func, args, kwargs) -> bool:
                if not isinstance(value, (torch.dtype, torch.device, str)))
 
 
+_ATTENTION_OPTIONS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _attention_on_meta(func, args, kwargs):
+    """``scaled_dot_product_attention`` as a real run computes it. On meta, torch always takes the
+    math path, which materializes the score matrix; a CPU or GPU run takes a fused kernel (flash or
+    memory-efficient attention) wherever one applies, which allocates only the output and a float32
+    log-sum-exp per query. Which one applies is asked of torch's own CPU selection, on stand-ins of
+    one token with the same heads, head sizes, dtypes and options (DeepSeek's value heads, smaller
+    than its query heads, rule the fused kernel out on a CPU: the math path, scores included)."""
+    query, key, value = args[:3]
+    options = dict(zip(_ATTENTION_OPTIONS, args[3:]), **kwargs)
+    with untracked():
+        def one_token(tensor):
+            return torch.zeros(*tensor.shape[:-2], 1, tensor.shape[-1], dtype=tensor.dtype)
+        mask = options.get("attn_mask")
+        choice = torch._fused_sdp_choice(
+            one_token(query), one_token(key), one_token(value),
+            torch.zeros([1] * mask.ndim, dtype=mask.dtype) if isinstance(mask, torch.Tensor) else None,
+            options.get("dropout_p", 0.0), options.get("is_causal", False), scale=options.get("scale"),
+            enable_gqa=options.get("enable_gqa", False))
+    if choice == int(torch.nn.attention.SDPBackend.MATH):
+        return func(*args, **kwargs)
+    converted = None
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+        # torch turns a boolean mask into an additive one first (where(~mask, -inf, 0))
+        inverted = torch.empty(mask.shape, dtype=torch.bool, device="meta")
+        converted = torch.empty(mask.shape, dtype=query.dtype, device="meta")
+        del inverted
+    logsumexp = torch.empty(query.shape[:-1], dtype=torch.float32, device="meta")
+    output = torch.empty(*query.shape[:-1], value.shape[-1], dtype=query.dtype, device="meta")
+    del logsumexp, converted
+    return output
+
+
 def _grouped_mm_on_meta(func, args, kwargs):
     """The meta kernel of ``grouped_mm`` takes bfloat16 only (the CUDA kernel's rule), while the
     CPU kernel and the eager fallbacks take float32 too: on meta, the product of bfloat16 stand-ins
@@ -287,11 +332,13 @@ def _grouped_mm_on_meta(func, args, kwargs):
     dtype = kwargs.get("out_dtype") or (tensors[0].dtype if tensors else None)
     if dtype in (None, torch.bfloat16):
         return func(*args, **kwargs)
-    args, kwargs = tree_map(lambda value: value.to(torch.bfloat16) if isinstance(value, torch.Tensor)
-                            and value.is_floating_point() else value, (args, kwargs))
-    if "out_dtype" in kwargs:
-        kwargs["out_dtype"] = torch.bfloat16
-    return func(*args, **kwargs).to(dtype)
+    with untracked():  # bfloat16 stand-ins for the shape: no allocation of the real run
+        args, kwargs = tree_map(lambda value: value.to(torch.bfloat16) if isinstance(value, torch.Tensor)
+                                and value.is_floating_point() else value, (args, kwargs))
+        if "out_dtype" in kwargs:
+            kwargs["out_dtype"] = torch.bfloat16
+        shape = func(*args, **kwargs).shape
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def _meta_tensor(value: Any) -> Any:
@@ -300,9 +347,12 @@ def _meta_tensor(value: Any) -> Any:
 
 def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
               cache: ModuleCache | None = None,
-              weights: Mapping[int, torch.Tensor] | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
+              weights: Mapping[int, torch.Tensor] | None = None,
+              tracker: LiveBytes | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
-    graph-value bytes (a value is freed after its last reader; outputs live to the end).
+    bytes: the graph's values (a value is freed after its last reader; inputs and outputs live to
+    the end) plus, while a node runs, what it allocates beyond them (``tracker``: the inside of a
+    called module, e.g. attention scores and MLP intermediates).
 
     Integer sample inputs may be real CPU tensors (see :class:`_MetaWhereMixed`). A function
     that needs values of a meta tensor runs on CPU stand-ins of ones instead, and its result goes
@@ -318,9 +368,11 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
     sizes: dict[fx.Node, int] = {}
     outputs: dict[str, Any] = {}
     mode = _MetaWhereMixed(weights)
+    tracker = tracker if tracker is not None else LiveBytes()
     if cache is not None:
         cache.reads = mode  # repeated layers inside called modules record their reads here
-    with torch.no_grad(), mode:
+        cache.live = tracker  # and what they allocate inside
+    with torch.no_grad(), mode, tracker:
         for position, node in enumerate(nodes):
             if node.op == "placeholder":
                 value = inputs[node.name]
@@ -334,20 +386,23 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
                 args = _plain(fx.map_arg(node.args, env.__getitem__))
                 kwargs = _plain(fx.map_arg(node.kwargs, env.__getitem__))
                 try:
-                    value = _call(model, root, node, args, kwargs, cache)
+                    with tracker.measure() as inside:
+                        value = _call(model, root, node, args, kwargs, cache)
                 except Exception as exc:  # noqa: BLE001  (model code, on meta: said in one line with its place)
                     raise PlanError(subgraph.index, node, exc) from exc
+                del args, kwargs
             env[node] = value
             size = tensor_bytes(value) if node.op != "get_attr" else 0
             sizes[node] = size
+            # while the node ran: the values alive before it, and its allocations at their peak
+            # (its result included; at least the result's bytes, a view being counted whole here)
+            peak = max(peak, live + max(size, inside.extra if node.op not in ("placeholder", "get_attr") else 0))
             live += size
-            peak = max(peak, live)
             for used in node.all_input_nodes:
                 if last_use.get(used) == position:
-                    live -= sizes.pop(used, 0)
-                    env_value = env[used]
-                    if used.op != "placeholder":
-                        del env_value
+                    if used.op != "placeholder":  # inputs: the caller holds them until the subgraph ends
+                        live -= sizes.pop(used, 0)
+                        del env[used]  # freed as in the real run: the tracker sees the memory go
     return outputs, peak, mode.read
 
 
@@ -415,10 +470,18 @@ def _call(model, root, node, args, kwargs, cache: ModuleCache | None = None):
         module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
         key = cache.key(module, args, kwargs)
         if key is not None and key in cache.results:
-            return fresh_copy(cache.results[key])
-        result = _call(model, root, node, args, kwargs)
+            result, extra = cache.results[key]
+            if cache.live is not None:
+                cache.live.transient(extra)  # the peak inside the layer, which did not run again
+            return fresh_copy(result)
+        if cache.live is None:
+            result, extra = _call(model, root, node, args, kwargs), 0
+        else:
+            with cache.live.measure() as inside:
+                result = _call(model, root, node, args, kwargs)
+            extra = inside.extra
         if key is not None and all_meta(result):
-            cache.results[key] = result
+            cache.results[key] = (result, extra)
         return result
 
     def run(args, kwargs):
@@ -434,7 +497,9 @@ def _call(model, root, node, args, kwargs, cache: ModuleCache | None = None):
     except (RuntimeError, NotImplementedError):
         if node.op == "call_module":
             raise
-        return _to_meta(run(_materialize(args), _materialize(kwargs)))
+        with untracked():  # CPU stand-ins of ones: copies the real run does not make
+            result = run(_materialize(args), _materialize(kwargs))
+        return _to_meta(result)
 
 
 def plan_memory(
@@ -480,11 +545,12 @@ def plan_memory(
     cache = ModuleCache()
     weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
     every_needed: dict[int, torch.Tensor] = {}
+    tracker = LiveBytes()
     with cache.repeated_layers(model):
         for subgraph in subgraphs:
             step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
             cached = sum(tensor_bytes(value) for value in intermediates.values())
-            outputs, peak, read = propagate(model, subgraph, step, cache, weights)
+            outputs, peak, read = propagate(model, subgraph, step, cache, weights, tracker)
             in_bytes = tensor_bytes(list(step.values()))
             out_bytes = tensor_bytes(list(outputs.values()))
             needed_by_id = subgraph_parameters(model, subgraph, read)
@@ -509,8 +575,9 @@ def plan_memory(
     notes = [
         "exact: activation bytes in/out (meta shapes x element size) and parameter bytes (every parameter "
         "the subgraph reads, plus all buffers of the modules it calls)",
-        "estimated: intermediate peak (graph-level liveness; the inside of called modules, e.g. attention "
-        "scores, is not counted), no allocator overhead",
+        "gpu peak: live tensor bytes inside the called modules too (attention as torch's fused kernel where one "
+        "applies); not counted: allocator caching and fragmentation, kernel workspaces, calibration hooks' "
+        "temporaries",
         "assumes no padding: mask builders ran on an all-ones attention mask",
     ]
     return MemoryPlan(model=name or type(model).__name__, batch_size=batch_size, seq_len=seq_len, samples=samples,
