@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, TextIO
 
 from torch import nn
@@ -99,6 +99,8 @@ class TraceSetup:
     sample: dict
     targets: list[str]
     ignore: list[str]
+    #: what the caller should print about the sample (an image-token count that could not be checked)
+    notes: list[str] = field(default_factory=list)
 
 
 def prepare_trace(
@@ -151,12 +153,39 @@ def prepare_trace(
             additions = []
         ignore = list(DEFAULT_IGNORE) + [entry for entry in additions if entry not in DEFAULT_IGNORE]
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
-    sample = sample_input(config, multimodal=multimodal_data, **{"device": "meta", **sample_options})
+    sample_options = {"device": "meta", **sample_options}
+    notes: list[str] = []
+    if multimodal_data:
+        sample, note = counted_image_sample(config, model, **sample_options)
+        notes += [note] if note else []
+    else:
+        sample = sample_input(config, **sample_options)
     # The default sample is built from the config alone; inputs the forward cannot take (xLSTM has no
     # attention_mask) are left out rather than refused by the tracer
     for key in sample_keys_not_taken(model, sample):
         del sample[key]
-    return TraceSetup(cls, config, model, sample, targets, ignore)
+    return TraceSetup(cls, config, model, sample, targets, ignore, notes)
+
+
+def counted_image_sample(config, model: nn.Module, **options) -> tuple[dict, str | None]:
+    """The multimodal sample with as many image tokens per image as ``model``'s own vision path
+    makes of its pixels, counted on the meta device (shapes only; integer inputs such as image
+    sizes keep their values). The builder's count from the config alone can differ (Aya Vision's
+    and Llama 4's pixel shuffle: 4 tokens for 1 feature): the sample then fails only when the
+    graph runs. Where the vision path cannot run on meta, the config's count, and a note saying
+    it is unchecked."""
+    from .plan.memory import _MetaWhereMixed
+
+    try:
+        with _MetaWhereMixed():
+            return sample_input(config, multimodal=True, model=model, **options), None
+    except Exception as exc:  # noqa: BLE001  (a vision path that reads values meta tensors lack)
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    sample = sample_input(config, multimodal=True, **options)
+    return sample, (f"note: the image tokens per image in this sample are the count derived from the config: the "
+                    f"model's vision path could not count them on the meta device ({reason}); a count that does "
+                    "not match the model's image features fails only when the graph runs (check a real run, "
+                    "e.g. patcher.verify.verify_subgraphs, or pass your own sample)")
 
 
 def _is_model_class(value) -> bool:
@@ -221,6 +250,8 @@ def attempt_trace(
     setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
+    for note in setup.notes:
+        print(note, file=out)
     start = time.perf_counter()
     try:
         subgraphs = trace_subgraphs(model, sample, targets, ignore, targets_per_subgraph, unused_inputs)

@@ -80,6 +80,18 @@ def cfg(tmp: Path, data=None, text: str | None = None, name: str = "config.json"
     return str(path)
 
 
+def mismatched_llama4(tmp: Path) -> str:
+    """A tiny Llama 4 config whose vision projector does not take the tower's width: it traces, and
+    fails only when the vision path runs (in ``patcher plan``, on meta tensors)."""
+    import transformers
+
+    from patcher.coverage.shrink import shrink_config
+
+    data = shrink_config(transformers.Llama4Config).to_dict()
+    data["vision_config"]["projector_input_dim"] += 8
+    return cfg(tmp, data=data)
+
+
 def raw_file(tmp: Path, name: str, data: bytes) -> str:
     (tmp / name).write_bytes(data)
     return str(tmp / name)
@@ -292,6 +304,10 @@ ROWS = [
     Row("trace-unused-input-unknown",
         lambda t: ["trace", "LlamaForCausalLM", cfg(t), "--unused-input", "attention_mask", "nosuch"], 2,
         ("--unused-input", "'nosuch'", "sample inputs: attention_mask, input_ids")),
+    # ---- plan
+    Row("plan-fails-on-meta", lambda t: ["plan", "Llama4ForConditionalGeneration", mismatched_llama4(t), "--multimodal",
+                                         "--seq-len", "16", "--samples", "2"], 1,
+        ("subgraph 0 could not run on meta tensors", "modeling_llama4.py:", "fix: the eager model most likely fails")),
     # ---- graph
     Row("graph-unknown-format", lambda t: ["graph", "LlamaForCausalLM", cfg(t), "-o", str(t / "g.xyz")], 2,
         ("cannot tell the format",)),

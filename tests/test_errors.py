@@ -290,3 +290,27 @@ def test_tower_blocks_swallowed_by_moved_code_say_to_leave_them_out_and_that_wor
     with torch.no_grad():
         torch.testing.assert_close(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample).logits,
                                    rtol=0, atol=0)
+
+
+def test_a_check_message_traced_through_says_the_run_time_values():
+    # Aya Vision's merge checks `torch_compilable_check(cond, f"... tokens: {n_image_tokens}, ...")` in
+    # code the patcher did not rewrite: the f-string ran while tracing, and a failing run said
+    # "tokens: Proxy(sum_1), features: Proxy(mul)". Here the sample has 4 image tokens for 1 feature.
+    import transformers
+
+    from patcher import run_subgraphs
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model
+    from patcher.samples import sample_input
+
+    config = shrink_config(transformers.AyaVisionConfig)
+    torch.manual_seed(0)
+    model = build_model(transformers.AyaVisionForConditionalGeneration, config, device="cpu").eval()
+    sample = sample_input(config, multimodal=True)
+    subgraphs = trace_subgraphs(model, sample, ["Cohere2DecoderLayer"])
+    with torch.no_grad(), pytest.raises(ValueError) as eager:
+        model(**sample)
+    with torch.no_grad(), pytest.raises(ValueError) as traced:
+        run_subgraphs(model, subgraphs, sample)
+    assert str(traced.value) == str(eager.value) == \
+        "Image features and image tokens do not match, tokens: 4, features: 1"

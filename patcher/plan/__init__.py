@@ -4,10 +4,10 @@ from __future__ import annotations
 
 # The planner imports torch and the tracer (seconds): its names load on first use, so that
 # `patcher plan --help` (which imports patcher.plan.cli) stays fast.
-_EXPORTS = {"MemoryPlan": "memory", "SubgraphPlan": "memory", "plan_memory": "memory", "tensor_bytes": "memory",
+_EXPORTS = {"MemoryPlan": "memory", "PlanError": "memory", "SubgraphPlan": "memory", "plan_memory": "memory", "tensor_bytes": "memory",
             "format_plan": "report", "plan_model": "report"}
 
-__all__ = ["MemoryPlan", "SubgraphPlan", "plan_memory", "plan_model", "format_plan", "tensor_bytes"]
+__all__ = ["MemoryPlan", "PlanError", "SubgraphPlan", "plan_memory", "plan_model", "format_plan", "tensor_bytes"]
 
 
 def __getattr__(name: str):

@@ -17,10 +17,10 @@ BATCH x SEQ_LEN sample and runs every subgraph on meta tensors: shapes and dtype
 bytes. Per subgraph: parameter bytes by dtype, activation bytes into and out of it for all
 SAMPLES, GPTQ Hessians (in_features^2 fp32 per nn.Linear in its targets), the GPU peak with
 only this subgraph on the device, and the CPU cache of activations handed on. Parameter and
-activation bytes are exact; the intermediate peak inside a subgraph is an estimate (values of
-the graph only; the inside of a called module such as attention scores is not counted).
+activation bytes are exact; the GPU peak counts the live tensors inside the called modules too
+(attention scores, MLP intermediates), not allocator overhead or kernel workspaces.
 Token ids and masks are real tensors: BATCH x SEQ_LEN may be at most {max_tokens} (2**{max_tokens_log2}) tokens.
-Exit status: 0 planned, 1 failed to trace, 2 bad arguments.
+Exit status: 0 planned, 1 failed to trace or to run on meta tensors, 2 bad arguments.
 """
 
 
@@ -66,6 +66,7 @@ def run_plan(args) -> int:
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from ..trace import TracingError
     from ..trace.errors import TraceArgumentError
+    from .memory import PlanError
     from .report import format_plan, plan_model
 
     try:
@@ -81,6 +82,9 @@ def run_plan(args) -> int:
         construct = getattr(exc, "construct", None)
         print(f"Failed to trace {args.model_class}:", file=sys.stderr)
         print(construct.describe() if construct is not None else str(exc), file=sys.stderr)
+        return 1
+    except PlanError as exc:
+        print(f"patcher plan: error: {exc}", file=sys.stderr)
         return 1
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher plan: error: {exc}", file=sys.stderr)

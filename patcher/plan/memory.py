@@ -4,9 +4,14 @@ Every subgraph of a traced model runs once on the ``meta`` device (the model sta
 no weights are allocated): each node's output shape and dtype give its bytes, so the
 activations handed between subgraphs are known exactly, for any architecture, with no formula
 per model. What the plan *measures* (exact, checked against real runs on tiny models):
-parameter bytes per subgraph and activation bytes at every boundary. What it *estimates*:
-the intermediate peak inside a subgraph (liveness of graph values; the inside of a called
-module such as attention's score matrix is not visible) and allocator overheads (none counted).
+parameter bytes per subgraph and activation bytes at every boundary, and the peak of live tensor
+bytes while a subgraph runs: its inputs, the graph's values until their last use, and what each
+called module allocates inside (attention scores, MLP intermediates: :mod:`.live` counts every
+storage the dispatcher returns until it is garbage). ``scaled_dot_product_attention`` counts as
+the fused kernel torch's CPU selection picks for its shapes (output and log-sum-exp; the math path,
+scores included, where no fused kernel applies). Not counted: the allocator's caching and
+fragmentation, workspaces kernels allocate outside the dispatcher, and what calibration hooks
+allocate (GPTQ's Hessian updates).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..normalize import positive_int
 from ..partition import Subgraph
 from ..partition.subgraph import subgraph_list
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
+from .live import LiveBytes, untracked
 from .module_cache import ModuleCache, all_meta, fresh_copy
 
 ALGORITHMS = ("none", "gptq")
@@ -65,7 +71,8 @@ class SubgraphPlan:
     #: GPTQ: one fp32 in_features^2 Hessian per nn.Linear inside the targets
     hessian_bytes: int
     hessian_linears: int
-    #: estimated: max live graph values while the subgraph runs one batch (inputs included)
+    #: peak of live tensor bytes while the subgraph runs one batch: its inputs, graph values and
+    #: what the modules it calls allocate inside (no allocator overhead, no hooks)
     intermediate_peak_bytes: int
     #: GPU peak with this subgraph resident: parameters + Hessians + intermediate peak
     gpu_peak_bytes: int
@@ -201,7 +208,9 @@ def _map_tensors(value: Any, leaf: Callable[[torch.Tensor], Any]) -> Any:
 
 
 def _to_meta(value: Any) -> Any:
-    return _map_tensors(value, lambda tensor: tensor.to("meta"))
+    # not `.to("meta")`, which the mode keeps on the CPU for integers: these values are stand-ins
+    return _map_tensors(value, lambda tensor: tensor if tensor.device.type == "meta"
+                        else torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"))
 
 
 def _materialize(value: Any) -> Any:
@@ -227,9 +236,111 @@ class _MetaWhereMixed(TorchFunctionMode):
             if isinstance(value, torch.Tensor) and id(value) in self.weights:
                 self.read[id(value)] = value
         devices = {value.device.type for value in flat if isinstance(value, torch.Tensor) and value.ndim}
+        if func in _KEEPS_VALUES and "meta" not in devices and _keeps_values(func, args, kwargs):
+            # integers moved to the device of a meta value (`torch.as_tensor(image_sizes,
+            # device=features.device)`, `torch.arange(n, device=x.device)`) stay real: code reads
+            # their values next (`.tolist()` for split sizes)
+            args, kwargs = tree_map(_cpu_device, (args, kwargs))
+            devices = set()
+        elif func is torch.Tensor.to and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
+            # a meta value moved to the device of a real one (`x.to(pixel_values.device)`) stays on meta
+            args, kwargs = tree_map(_meta_device, (args, kwargs))
         if "meta" in devices and len(devices) > 1:
-            args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+            with untracked():  # stand-ins of values the real run has once, on its device
+                args, kwargs = tree_map(_meta_tensor, (args, kwargs))
+        if func in _GROUPED_MM and "meta" in devices:
+            return _grouped_mm_on_meta(func, args, kwargs)
+        if func is torch.nn.functional.scaled_dot_product_attention and "meta" in devices:
+            return _attention_on_meta(func, args, kwargs)
         return func(*args, **kwargs)
+
+
+#: functions that make or move a tensor to a given device
+_KEEPS_VALUES = {torch.Tensor.to, torch.as_tensor, torch.tensor, torch.arange}
+#: grouped matrix products (fused MoE experts): their meta kernels accept bfloat16 only
+_GROUPED_MM = {getattr(owner, name) for owner, name in ((torch, "_grouped_mm"), (torch.nn.functional, "grouped_mm"))
+               if hasattr(owner, name)}
+
+
+def _is_meta_device(value: Any) -> bool:
+    return isinstance(value, (torch.device, str)) and str(value).split(":")[0] == "meta"
+
+
+def _meta_device(value: Any) -> Any:
+    return torch.device("meta") if isinstance(value, torch.device) or (
+        isinstance(value, str) and value.split(":")[0] in ("cpu", "cuda", "xpu", "mps", "hpu", "npu")) else value
+
+
+def _cpu_device(value: Any) -> Any:
+    return torch.device("cpu") if _is_meta_device(value) else value
+
+
+def _keeps_values(func, args, kwargs) -> bool:
+    """Whether ``func`` would move real integer values (or Python numbers) to the meta device."""
+    if not any(_is_meta_device(value) for value in tree_flatten((args, kwargs))[0]):
+        return False
+    dtype = kwargs.get("dtype") or next((value for value in args if isinstance(value, torch.dtype)), None)
+    if dtype is not None and (dtype.is_floating_point or dtype.is_complex):
+        return False
+    if func is torch.Tensor.to:
+        return isinstance(args[0], torch.Tensor) and _is_integer(args[0])
+    data = args[0] if args else kwargs.get("data", kwargs.get("end"))
+    if isinstance(data, torch.Tensor):
+        return _is_integer(data)
+    return all(isinstance(value, (int, bool)) for value in tree_flatten((args, kwargs.get("data")))[0]
+               if not isinstance(value, (torch.dtype, torch.device, str)))
+
+
+_ATTENTION_OPTIONS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def _attention_on_meta(func, args, kwargs):
+    """``scaled_dot_product_attention`` as a real run computes it. On meta, torch always takes the
+    math path, which materializes the score matrix; a CPU or GPU run takes a fused kernel (flash or
+    memory-efficient attention) wherever one applies, which allocates only the output and a float32
+    log-sum-exp per query. Which one applies is asked of torch's own CPU selection, on stand-ins of
+    one token with the same heads, head sizes, dtypes and options (DeepSeek's value heads, smaller
+    than its query heads, rule the fused kernel out on a CPU: the math path, scores included)."""
+    query, key, value = args[:3]
+    options = dict(zip(_ATTENTION_OPTIONS, args[3:]), **kwargs)
+    with untracked():
+        def one_token(tensor):
+            return torch.zeros(*tensor.shape[:-2], 1, tensor.shape[-1], dtype=tensor.dtype)
+        mask = options.get("attn_mask")
+        choice = torch._fused_sdp_choice(
+            one_token(query), one_token(key), one_token(value),
+            torch.zeros([1] * mask.ndim, dtype=mask.dtype) if isinstance(mask, torch.Tensor) else None,
+            options.get("dropout_p", 0.0), options.get("is_causal", False), scale=options.get("scale"),
+            enable_gqa=options.get("enable_gqa", False))
+    if choice == int(torch.nn.attention.SDPBackend.MATH):
+        return func(*args, **kwargs)
+    converted = None
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+        # torch turns a boolean mask into an additive one first (where(~mask, -inf, 0))
+        inverted = torch.empty(mask.shape, dtype=torch.bool, device="meta")
+        converted = torch.empty(mask.shape, dtype=query.dtype, device="meta")
+        del inverted
+    logsumexp = torch.empty(query.shape[:-1], dtype=torch.float32, device="meta")
+    output = torch.empty(*query.shape[:-1], value.shape[-1], dtype=query.dtype, device="meta")
+    del logsumexp, converted
+    return output
+
+
+def _grouped_mm_on_meta(func, args, kwargs):
+    """The meta kernel of ``grouped_mm`` takes bfloat16 only (the CUDA kernel's rule), while the
+    CPU kernel and the eager fallbacks take float32 too: on meta, the product of bfloat16 stand-ins
+    in the inputs' dtype (only shapes and dtypes are read)."""
+    tensors = [value for value in tree_flatten((args, kwargs))[0] if isinstance(value, torch.Tensor)]
+    dtype = kwargs.get("out_dtype") or (tensors[0].dtype if tensors else None)
+    if dtype in (None, torch.bfloat16):
+        return func(*args, **kwargs)
+    with untracked():  # bfloat16 stand-ins for the shape: no allocation of the real run
+        args, kwargs = tree_map(lambda value: value.to(torch.bfloat16) if isinstance(value, torch.Tensor)
+                                and value.is_floating_point() else value, (args, kwargs))
+        if "out_dtype" in kwargs:
+            kwargs["out_dtype"] = torch.bfloat16
+        shape = func(*args, **kwargs).shape
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def _meta_tensor(value: Any) -> Any:
@@ -238,9 +349,12 @@ def _meta_tensor(value: Any) -> Any:
 
 def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
               cache: ModuleCache | None = None,
-              weights: Mapping[int, torch.Tensor] | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
+              weights: Mapping[int, torch.Tensor] | None = None,
+              tracker: LiveBytes | None = None) -> tuple[dict[str, Any], int, dict[int, torch.Tensor]]:
     """Run ``subgraph`` node by node on meta tensors; return its outputs and the peak of live
-    graph-value bytes (a value is freed after its last reader; outputs live to the end).
+    bytes: the graph's values (a value is freed after its last reader; inputs and outputs live to
+    the end) plus, while a node runs, what it allocates beyond them (``tracker``: the inside of a
+    called module, e.g. attention scores and MLP intermediates).
 
     Integer sample inputs may be real CPU tensors (see :class:`_MetaWhereMixed`). A function
     that needs values of a meta tensor runs on CPU stand-ins of ones instead, and its result goes
@@ -256,9 +370,11 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
     sizes: dict[fx.Node, int] = {}
     outputs: dict[str, Any] = {}
     mode = _MetaWhereMixed(weights)
+    tracker = tracker if tracker is not None else LiveBytes()
     if cache is not None:
         cache.reads = mode  # repeated layers inside called modules record their reads here
-    with torch.no_grad(), mode:
+        cache.live = tracker  # and what they allocate inside
+    with torch.no_grad(), mode, tracker:
         for position, node in enumerate(nodes):
             if node.op == "placeholder":
                 value = inputs[node.name]
@@ -271,19 +387,69 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
             else:
                 args = _plain(fx.map_arg(node.args, env.__getitem__))
                 kwargs = _plain(fx.map_arg(node.kwargs, env.__getitem__))
-                value = _call(model, root, node, args, kwargs, cache)
+                try:
+                    with tracker.measure() as inside:
+                        value = _call(model, root, node, args, kwargs, cache)
+                except Exception as exc:  # noqa: BLE001  (model code, on meta: said in one line with its place)
+                    raise PlanError(subgraph.index, node, exc) from exc
+                del args, kwargs
             env[node] = value
             size = tensor_bytes(value) if node.op != "get_attr" else 0
             sizes[node] = size
+            # while the node ran: the values alive before it, and its allocations at their peak
+            # (its result included; at least the result's bytes, a view being counted whole here)
+            peak = max(peak, live + max(size, inside.extra if node.op not in ("placeholder", "get_attr") else 0))
             live += size
-            peak = max(peak, live)
             for used in node.all_input_nodes:
                 if last_use.get(used) == position:
-                    live -= sizes.pop(used, 0)
-                    env_value = env[used]
-                    if used.op != "placeholder":
-                        del env_value
+                    if used.op != "placeholder":  # inputs: the caller holds them until the subgraph ends
+                        live -= sizes.pop(used, 0)
+                        del env[used]  # freed as in the real run: the tracker sees the memory go
     return outputs, peak, mode.read
+
+
+class PlanError(RuntimeError):
+    """A subgraph failed to run on meta tensors: ``str()`` is one line naming the subgraph, the model
+    code that raised (file:line), the error and the fix."""
+
+    def __init__(self, index: int, node: fx.Node, exc: BaseException):
+        from ..trace.liveness import describe_node
+
+        self.index, self.node, self.error = index, node, exc
+        where = _model_frame(exc)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        real_model = "plan from Python with patcher.plan.plan_memory(model, subgraphs, sample) on a real model " \
+                     "(only shapes and dtypes are read)"
+        if isinstance(exc, (ValueError, AssertionError, IndexError, KeyError)):
+            fix = ("the sample does not fit the model (e.g. image tokens and image features): check the options, "
+                   "or plan your own sample from Python with patcher.plan.plan_memory(model, subgraphs, sample)")
+        elif isinstance(exc, NotImplementedError) or "meta" in message:
+            fix = f"this code needs tensor values or a kernel the meta device lacks: {real_model}"
+        else:
+            fix = ("the eager model most likely fails here too: check that the config's sizes fit together and the "
+                   f"options; if it runs eagerly, {real_model}")
+        super().__init__(f"subgraph {index} could not run on meta tensors: {type(exc).__name__}: {message} "
+                         f"(raised at {where}, by its node {describe_node(node)}); fix: {fix}")
+
+
+def _model_frame(exc: BaseException) -> str:
+    """``file:line in function()`` of the innermost frame of model code in ``exc``'s traceback (not
+    torch, not tracezoo, not transformers' generic helpers such as its check functions)."""
+    import os
+    import traceback
+
+    from ..trace.diagnose import _short_path
+
+    skip = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, os))
+    patcher_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    chosen = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        name = frame.filename
+        if name.startswith(skip) or name.startswith(patcher_dir) or name.startswith("<") \
+                or f"transformers{os.sep}utils{os.sep}" in name:
+            continue
+        chosen = frame
+    return f"{_short_path(chosen.filename)}:{chosen.lineno} in {chosen.name}()" if chosen else "an unknown place"
 
 
 def _plain(value: Any) -> Any:
@@ -306,10 +472,18 @@ def _call(model, root, node, args, kwargs, cache: ModuleCache | None = None):
         module = model if node.target == ROOT_ATTRIBUTE else model.get_submodule(str(node.target))
         key = cache.key(module, args, kwargs)
         if key is not None and key in cache.results:
-            return fresh_copy(cache.results[key])
-        result = _call(model, root, node, args, kwargs)
+            result, extra = cache.results[key]
+            if cache.live is not None:
+                cache.live.transient(extra)  # the peak inside the layer, which did not run again
+            return fresh_copy(result)
+        if cache.live is None:
+            result, extra = _call(model, root, node, args, kwargs), 0
+        else:
+            with cache.live.measure() as inside:
+                result = _call(model, root, node, args, kwargs)
+            extra = inside.extra
         if key is not None and all_meta(result):
-            cache.results[key] = result
+            cache.results[key] = (result, extra)
         return result
 
     def run(args, kwargs):
@@ -325,7 +499,9 @@ def _call(model, root, node, args, kwargs, cache: ModuleCache | None = None):
     except (RuntimeError, NotImplementedError):
         if node.op == "call_module":
             raise
-        return _to_meta(run(_materialize(args), _materialize(kwargs)))
+        with untracked():  # CPU stand-ins of ones: copies the real run does not make
+            result = run(_materialize(args), _materialize(kwargs))
+        return _to_meta(result)
 
 
 def plan_memory(
@@ -371,11 +547,12 @@ def plan_memory(
     cache = ModuleCache()
     weights = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
     every_needed: dict[int, torch.Tensor] = {}
+    tracker = LiveBytes()
     with cache.repeated_layers(model):
         for subgraph in subgraphs:
             step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
             cached = sum(tensor_bytes(value) for value in intermediates.values())
-            outputs, peak, read = propagate(model, subgraph, step, cache, weights)
+            outputs, peak, read = propagate(model, subgraph, step, cache, weights, tracker)
             in_bytes = tensor_bytes(list(step.values()))
             out_bytes = tensor_bytes(list(outputs.values()))
             needed_by_id = subgraph_parameters(model, subgraph, read)
@@ -400,8 +577,9 @@ def plan_memory(
     notes = [
         "exact: activation bytes in/out (meta shapes x element size) and parameter bytes (every parameter "
         "the subgraph reads, plus all buffers of the modules it calls)",
-        "estimated: intermediate peak (graph-level liveness; the inside of called modules, e.g. attention "
-        "scores, is not counted), no allocator overhead",
+        "gpu peak: live tensor bytes inside the called modules too (attention as torch's fused kernel where one "
+        "applies); not counted: allocator caching and fragmentation, kernel workspaces, calibration hooks' "
+        "temporaries",
         "assumes no padding: mask builders ran on an all-ones attention mask",
     ]
     return MemoryPlan(model=name or type(model).__name__, batch_size=batch_size, seq_len=seq_len, samples=samples,

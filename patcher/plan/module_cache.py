@@ -11,7 +11,7 @@ first run read are counted as read by each repeat too (by name inside the layer)
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator
 
 import torch
@@ -119,11 +119,14 @@ class ModuleCache:
         #: module id -> its structure, and whether all its weights are on meta
         self.structures: dict[int, tuple] = {}
         self.meta_only: dict[int, bool] = {}
-        #: graph-level ``call_module`` results
-        self.results: dict[tuple, Any] = {}
+        #: graph-level ``call_module`` results: (result, bytes it allocated at its peak)
+        self.results: dict[tuple, tuple[Any, int]] = {}
         #: repeated layers run inside a module or function: (result, names of the layer's weights
-        #: it read, other model tensors it read)
-        self.layer_results: dict[tuple, tuple[Any, list[str], dict[int, torch.Tensor]]] = {}
+        #: it read, other model tensors it read, bytes it allocated at its peak)
+        self.layer_results: dict[tuple, tuple[Any, list[str], dict[int, torch.Tensor], int]] = {}
+        #: the live-bytes tracker of the subgraph being propagated (a ``LiveBytes``), if any: a
+        #: repeat that does not run again still counts the peak inside the layer
+        self.live: Any = None
         #: the weight-reading record of the subgraph being propagated (``propagate`` sets it);
         #: has a ``read`` dict of id -> tensor
         self.reads: Any = None
@@ -174,21 +177,26 @@ class ModuleCache:
                 return forward(*args, **kwargs)
             hit = self.layer_results.get(key)
             if hit is not None:
-                result, own_names, others = hit
+                result, own_names, others, extra = hit
                 own = _named_tensors(layer)
                 reads.read.update({id(own[name]): own[name] for name in own_names})
                 reads.read.update(others)
+                if self.live is not None:
+                    self.live.transient(extra)
                 return fresh_copy(result)
             outer, reads.read = reads.read, {}
+            measuring = self.live.measure() if self.live is not None else nullcontext()
             try:
-                result = forward(*args, **kwargs)
+                with measuring as inside:
+                    result = forward(*args, **kwargs)
             finally:
                 inner, reads.read = reads.read, outer
                 outer.update(inner)
             if all_meta(result):
                 names = {id(tensor): name for name, tensor in _named_tensors(layer).items()}
                 self.layer_results[key] = (result, [names[i] for i in inner if i in names],
-                                           {i: t for i, t in inner.items() if i not in names})
+                                           {i: t for i, t in inner.items() if i not in names},
+                                           inside.extra if inside is not None else 0)
             return result
 
         return cached_forward

@@ -98,5 +98,7 @@ def plan_model(
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
     subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph,
                                 unused_inputs)
-    return plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
+    plan = plan_memory(setup.model, subgraphs, sample, samples=samples, algorithm=algorithm,
                        name=f"{setup.model_class.__name__} ({model_id})")
+    plan.notes += [note.removeprefix("note: ") for note in setup.notes]
+    return plan

@@ -12,6 +12,7 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import torch
 from torch import fx, nn
 
 from .hooks import check_run_time
@@ -85,6 +86,26 @@ class GraphRoot:
 
 
 _MISSING = object()
+
+
+def traced_message(texts: tuple[str, ...], *values: Any) -> str:
+    """A message an f-string formatted with traced values while tracing (``f"tokens: {n}"`` gave
+    ``"tokens: Proxy(sum_1)"``), formatted again with the run-time ``values``: ``texts`` are the
+    pieces around them."""
+    pieces = [texts[0]]
+    for value, text in zip(values, texts[1:]):
+        pieces += [format(value, ""), text]
+    return "".join(pieces)
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """``module.device`` when the graph runs: the device of its first parameter, as transformers'
+    ``ModuleUtilsMixin.device`` reads it. The tracer records ``self.device`` as a call of this
+    instead of the device the model had while tracing (``meta`` for a model traced on meta)."""
+    device = getattr(module, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(parameter.device for parameter in module.parameters())
 
 
 def compile_graph(graph: fx.Graph):

@@ -12,6 +12,7 @@ import difflib
 import inspect
 import itertools
 import operator
+import re
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
 from ..registry.wrapped import WRAPPED_PREFIX
 from .diagnose import MODEL_ERROR, diagnose
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -70,6 +71,8 @@ class SequentialTracer(fx.Tracer):
         self.failed_module_path: str | None = None
         self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
+        # devices read from `module.device` while tracing (by identity; kept alive) -> the module
+        self._device_sources: dict[int, tuple[torch.device, nn.Module]] = {}
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
         # Configs are reached through the module that owns them, so graphs read `self.model.config`.
@@ -143,9 +146,53 @@ class SequentialTracer(fx.Tracer):
             self.constants[name] = value
         return self.create_node("get_attr", name, (), {})
 
+    def module_device_read(self, module: nn.Module, device: Any) -> Any:
+        """``module.device`` read by traced code: a fresh ``torch.device`` object whose identity
+        remembers the module, so that an argument made of it becomes a run-time read
+        (:func:`~patcher.trace.graph_runtime.module_device`). Python code deciding on it
+        (``device.type == "cuda"``) still sees the concrete device."""
+        if not isinstance(device, torch.device):
+            return device
+        device = torch.device(device)
+        self._device_sources[id(device)] = (device, module)
+        return device
+
+    def _device_arg(self, device: torch.device) -> fx.Node | None:
+        """A device the graph must not bake: one read from ``module.device`` (the module's device
+        when the graph runs), or ``meta`` (the device of a model traced on meta, read another way,
+        e.g. ``next(self.parameters()).device``: the model's device when the graph runs)."""
+        source = self._device_sources.get(id(device))
+        if source is not None and source[0] is device:
+            module = source[1]
+        elif device.type == "meta":
+            module = self.model
+        else:
+            return None
+        return self.create_proxy("call_function", module_device, (module,), {}).node
+
+    def _message_arg(self, text: str) -> fx.Node | None:
+        """A string an f-string formatted with proxies (a check's message, ``"tokens: Proxy(sum_1)"``):
+        formatted again when the graph runs, with the values of those nodes (None if a name is not
+        a node of the graph)."""
+        pieces = _PROXY_REPR.split(text)
+        names = pieces[1::2]
+        nodes = {node.name: node for node in self.graph.nodes if node.name in names}
+        if not names or any(name not in nodes for name in names):
+            return None
+        values = [self.proxy(nodes[name]) for name in names]
+        return self.create_proxy("call_function", traced_message, (tuple(pieces[0::2]), *values), {}).node
+
     def create_arg(self, a: Any):
         if isinstance(a, fx.Proxy):
             return a.node
+        if isinstance(a, torch.device):
+            node = self._device_arg(a)
+            if node is not None:
+                return node
+        if isinstance(a, str) and "Proxy(" in a:
+            node = self._message_arg(a)
+            if node is not None:
+                return node
         if isinstance(a, nn.Module):
             if a is self.model:
                 return self.create_node("get_attr", ROOT_ATTRIBUTE, (), {})
@@ -172,6 +219,10 @@ class SequentialTracer(fx.Tracer):
             if _is_plain_object(a):
                 return self._reference(a)
             raise
+
+
+#: how a proxy formats itself in an f-string: ``Proxy(<node name>)``
+_PROXY_REPR = re.compile(r"Proxy\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def _is_plain_object(value: Any) -> bool:
@@ -479,7 +530,7 @@ def trace_graph(
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     tracer.traced_func_name = "_tracezoo_root_forward"
     with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-            traced_dtype_queries(), _swapped_class(model, traced_class):
+            traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
         try:
             graph = tracer.trace(model)
         except Exception as exc:  # every failure gets a source location when one exists
@@ -559,6 +610,25 @@ def _tensor_shapes(graph: fx.Graph, model: nn.Module, tracer: SequentialTracer) 
             for name, parameter in module.named_parameters(recurse=False):
                 shapes[f"{node.target}.{name}"] = tuple(parameter.shape)
     return shapes
+
+
+@contextlib.contextmanager
+def _recorded_module_devices(tracer: SequentialTracer):
+    """While tracing, ``module.device`` (transformers' ``ModuleUtilsMixin.device``, read by e.g.
+    ``inputs_embeds.to(self.device)``) is recorded as a run-time read instead of being baked: a model
+    traced on meta would otherwise move values to the meta device when its graph runs."""
+    from transformers.modeling_utils import ModuleUtilsMixin
+
+    original = ModuleUtilsMixin.__dict__["device"]
+
+    def device(module):
+        return tracer.module_device_read(module, original.__get__(module))
+
+    ModuleUtilsMixin.device = property(device, doc=original.__doc__)
+    try:
+        yield
+    finally:
+        ModuleUtilsMixin.device = original
 
 
 @contextlib.contextmanager
