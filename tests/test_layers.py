@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     # the rewriter, the tracer, config/class loading, the sample-builder registry, a config's token ids
     {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers"},  # + a model's towers
     {"partition", "images"},  # subgraphs per target; image samples per pixel layout
-    {"verify", "render", "samples", "videos"},  # equivalence with eager, pictures; samples (text, or a registered builder); video samples
+    {"verify", "render", "samples", "videos", "audio"},  # equivalence with eager, pictures; samples (text, or a registered builder); video and audio samples
     {"traceable", "attempt", "integrations"},  # repair loop and loading; one traced attempt, end to end;
     # the chain inside other tools (llm-compressor)
     {"plan", "arguments", "written_check"},  # memory plan of a traced attempt; the model commands' shared
