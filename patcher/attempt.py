@@ -174,10 +174,10 @@ def counted_image_sample(config, model: nn.Module, **options) -> tuple[dict, str
     and Llama 4's pixel shuffle: 4 tokens for 1 feature): the sample then fails only when the
     graph runs. Where the vision path cannot run on meta, the config's count, and a note saying
     it is unchecked."""
-    from .plan.memory import _MetaWhereMixed
+    from .meta_mode import MetaWhereMixed
 
     try:
-        with _MetaWhereMixed():
+        with MetaWhereMixed():
             return sample_input(config, multimodal=True, model=model, **options), None
     except Exception as exc:  # noqa: BLE001  (a vision path that reads values meta tensors lack)
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]

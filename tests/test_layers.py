@@ -25,7 +25,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"normalize"},  # one reading of the targets/ignore/count arguments of every entry point
     {"registry", "files", "plugins"},  # what rewrite and trace agree on; atomic file writes; collections' hooks
     # the rewriter, the tracer, config/class loading, the sample-builder registry, a config's token ids
-    {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers"},  # + a model's towers
+    {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers", "meta_mode"},  # + a model's
+    # towers; model code run on meta with real integer inputs
     {"partition", "images"},  # subgraphs per target; image samples per pixel layout
     {"verify", "render", "samples", "videos", "audio"},  # equivalence with eager, pictures; samples (text, or a registered builder); video and audio samples
     {"traceable", "attempt", "integrations"},  # repair loop and loading; one traced attempt, end to end;

@@ -41,7 +41,8 @@ def audio_samples(model, seed: int) -> list[dict]:
 def check_audio_influence(attempt, expected: list) -> None:
     """Eager outputs of sample 1 and of sample 1 with another clip must differ; else the attempt
     stops at ``influence``."""
-    from .check import _output, tensor_diff
+    from ..trace.influence import main_output as _output
+    from ..verify.compare import max_abs_diff as tensor_diff
 
     key, first = _output(expected[0])
     _, other = _output(expected[2], key)

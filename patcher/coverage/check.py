@@ -19,6 +19,7 @@ import torch
 
 from ..registry.origins import noted_location, original_line
 from ..verify.compare import compare, sweep_tolerance
+from ..trace.influence import accepts as _accepts, eager_ignores, main_output as _output
 from ..verify.compare import max_abs_diff as tensor_diff  # the sweep's public name for it
 
 MAX_PARAMETERS = 50_000_000
@@ -184,19 +185,6 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
     if frame:
         attempt.blocker_location = generated.location(frame[0], frame[1], original_file)
         attempt.blocker_code = _short(linecache.getline(frame[0], frame[1]).strip(), 160) or None
-
-
-def _output(outputs: Any, key: str | None = None) -> tuple[str | None, Any]:
-    if outputs is None:
-        return None, None
-    items = outputs.items() if hasattr(outputs, "items") else []
-    items = [(name, value) for name, value in items if isinstance(value, torch.Tensor)]
-    if key is not None:
-        return key, dict(items).get(key)
-    for name, value in items:
-        if name == "logits":
-            return name, value
-    return (items[0][0], items[0][1]) if items else (None, None)
 
 
 def _build(cls: type, config, seed: int):
@@ -418,13 +406,6 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
              sweep_tolerance(atol))
 
 
-def _accepts(model, name: str) -> bool:
-    try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
     """Two samples of the mode (three for video); for images the second has another layout (another
     image size where the family takes several, else two images per row), so the graph is reused on
@@ -514,35 +495,6 @@ def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, s
                          "and that the tiny vision tower's output depends on its pixels)")
 
 
-def _perturbed(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Another value of the same shape and kind: a 0/1 mask flipped, other ids, other floats."""
-    if value.dtype == torch.bool or (not value.is_floating_point() and value.numel() and value.min() >= 0
-                                     and value.max() <= 1):
-        return (1 - value.long()).to(value.dtype)
-    if not value.is_floating_point():
-        high = int(value.max()) + 1 if value.numel() else 1
-        return torch.randint(0, max(high, 2), value.shape, generator=generator, dtype=value.dtype)
-    return torch.randn(value.shape, generator=generator, dtype=value.dtype)
-
-
-def eager_ignores(model, sample: dict, name: str, seed: int = 0) -> bool:
-    """Whether ``model``'s eager output stays the same when input ``name`` changes: then a graph
-    that does not read it is right, and the input is declared ``unused_inputs``."""
-    value = sample.get(name)
-    if not isinstance(value, torch.Tensor):
-        return False
-    extra = {"use_cache": False} if _accepts(model, "use_cache") else {}
-    other = {**sample, name: _perturbed(value, torch.Generator().manual_seed(seed))}
-    try:
-        with torch.no_grad():
-            expected, changed = model(**sample, **extra), model(**other, **extra)
-    except Exception:  # noqa: BLE001  (the model rejects other values: it reads them)
-        return False
-    _, a = _output(expected)
-    _, b = _output(changed)
-    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-
-
 def _count_calls(model, targets, sample) -> int:
     from .discover import count_target_calls
 
@@ -563,7 +515,7 @@ def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generat
             subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
         except DroppedInputError as exc:
             # No per-model list: an input counts as unused only if eager ignores it too.
-            unused = [name for name in exc.inputs if not exc.calls and eager_ignores(model, samples[0], name)]
+            unused = [name for name in exc.inputs if not exc.calls and eager_ignores(model, samples[0], name) is True]
             if not unused or len(unused) < len(exc.inputs):
                 raise
             attempt.unused_inputs = unused

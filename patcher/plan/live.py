@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 
+
 class LiveBytes(TorchDispatchMode):
     """Live bytes of storages allocated by operations while the mode is active (``live``) and their
     peak (``peak``). A view or in-place result shares its input's storage and allocates nothing;
@@ -83,15 +84,6 @@ class LiveBytes(TorchDispatchMode):
 
 class Measured:
     extra: int = 0
-
-
-@contextmanager
-def untracked() -> Iterator[None]:
-    """No live-bytes tracking inside (stand-ins the planner makes that the real run does not)."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    with _disable_current_modes():
-        yield
 
 
 def _storage_key(tensor: torch.Tensor) -> int | None:
