@@ -18,14 +18,11 @@ import libcst as cst
 
 from ...registry import rules as registry
 from ...registry import wrapped as registry_wrapped
-from ..taint import META, VALUE
-
-_LEVEL_NAMES = {VALUE: registry.VALUE, META: registry.META}
 
 
 def claimed(issues: list, spec: registry.RuleSpec) -> list:
     """The detect.Issue entries of ``issues`` that ``spec`` claims (by kind and taint level)."""
-    return [i for i in issues if spec.claims_issue(i.kind, _LEVEL_NAMES.get(i.level))]
+    return [i for i in issues if spec.claims_issue(i.kind, i.level)]
 
 
 class RuleContext(Protocol):

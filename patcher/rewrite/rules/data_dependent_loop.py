@@ -12,7 +12,7 @@ import libcst as cst
 
 from ...registry.rules import ITER, RULES, SETITEM, TZ103
 from ..wrapper_names import describe
-from ..taint import VALUE, dotted
+from ..taint import CLEAN, VALUE, dotted
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import claimed
 
@@ -59,7 +59,7 @@ class _IndexSplits(ScopedTransformer):
         if not (isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute)
                 and inner.func.attr.value == "split" and inner.args
                 and self.ctx.taint.of(inner.func.value) == VALUE
-                and self.ctx.taint.of(inner.args[0].value) == 0 and _is_sections(inner.args[0].value)):
+                and self.ctx.taint.of(inner.args[0].value) == CLEAN and _is_sections(inner.args[0].value)):
             return updated
         self.changed += 1
         index = cst.Name("_tz_chunk")
@@ -77,7 +77,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     if isinstance(stmt, (cst.For, cst.While)):
         head = stmt.iter if isinstance(stmt, cst.For) else stmt.test
         level = ctx.taint.of_iterable(head) if isinstance(stmt, cst.For) else ctx.taint.of(head)
-        if not forced and level == 0:
+        if not forced and level == CLEAN:
             return None
         kind = "loop_over" if isinstance(stmt, cst.For) else "while"
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{kind}_{describe(head, limit=2)}", span=stmt,
