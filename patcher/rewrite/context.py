@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from ..registry.locations import Location
 from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
@@ -41,7 +42,7 @@ class ModuleState:
     ignore: set[str]
     redirect_methods: dict[str, str]  # method name -> rule code (whole-method wrap)
     targets: TargetIndex
-    locations: dict[int, str]  # line -> the rule code or symptom key a tracer failure asks for
+    locations: dict[int, Location]  # line -> what a tracer failure asks for there
     existing_wrapped: set[str]
     wrapped_defs: dict
     has_torch: bool

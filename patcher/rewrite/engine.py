@@ -13,7 +13,8 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from ..registry.rules import DATA, NO_RULE, TZ101, TZ103, TZ105, TZ106, names_a_code, rule_for_location
+from ..registry.locations import Location
+from ..registry.rules import DATA, NO_RULE, TZ101, TZ103, TZ105, TZ106
 from ..registry.wrapped import forwarder_name
 from . import hoist as hoist_mod
 from .context import FunctionCtx, ModuleState, StatementContext
@@ -178,7 +179,7 @@ class Engine:
         if not hits:
             return None, set()
         self.state.used_locations |= hits
-        code = rule_for_location(self.state.locations[min(hits)])
+        code = self.state.locations[min(hits)].rule
         if code is None:
             head = stmt.test if isinstance(stmt, (cst.If, cst.While)) else None
             if isinstance(stmt, cst.For):
@@ -313,7 +314,7 @@ def whole_method_candidates(module: cst.Module, targets: TargetIndex, wrapped: d
 
 
 def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], ignore: Sequence[str],
-              locations: Sequence[tuple], only: set[str] | None = None,
+              locations: Sequence[Location], only: set[str] | None = None,
               redirect: dict[str, str] | None = None,
               line_map: dict[int, int] | None = None) -> tuple[cst.Module, ModuleState]:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -330,13 +331,12 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
             use = function_body_use_stmt(stmt)
             top_names |= use
     ignore_set = set(FORWARDED_BY_REWRITER) | set(ignore)
-    line_locs: dict[int, str] = {}
-    for loc in locations:
-        where, wanted = loc[0], (loc[1] if len(loc) > 1 else "bool")  # wanted: a rule code or symptom key
-        if isinstance(where, str) and not where.isdigit():
-            ignore_set.add(where.rsplit(".", 1)[-1])
+    line_locs: dict[int, Location] = {}
+    for location in locations:
+        if location.function is not None:
+            ignore_set.add(location.function)
         else:
-            line_locs[int(where)] = str(wanted)
+            line_locs[location.line] = location
     index = TargetIndex(module, targets)
     redirect = dict(redirect) if redirect is not None else whole_method_candidates(module, index, wrapped_defs)
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
@@ -354,8 +354,9 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):
-        state.block(line, line_locs[line] if names_a_code(line_locs[line]) else NO_RULE,
-                    line_locs[line], "no rewritable statement at this line (outside functions, or in wrapped code)")
+        location = line_locs[line]
+        state.block(line, location.wanted if location.names_a_code else NO_RULE,
+                    location.wanted, "no rewritable statement at this line (outside functions, or in wrapped code)")
     return new, state
 
 
