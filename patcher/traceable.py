@@ -33,6 +33,7 @@ from .files import write_atomic
 from .models import build_model, resolve_model_class
 from .normalize import module_entries
 from .registry.ignore import resolve_ignore
+from .registry.locations import Location
 from .registry.origins import original_line
 from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
 from .trace.diagnose import UntraceableConstruct
@@ -182,15 +183,16 @@ def load_traceable(
     *,
     targets: Sequence[str] = (),
     ignore: Sequence[str] = (),
-    locations: Sequence[tuple] = (),
+    locations: Sequence[Location | tuple] = (),
     cache_dir: str | os.PathLike | None = None,
 ) -> type:
     """Return a traceable variant of ``model_class``: same name, same config class, same weights.
 
     ``targets`` are never hidden inside wrapped code; ``ignore`` names extra functions or
     methods to wrap (both read by :mod:`patcher.normalize`: a single string or module class is
-    one entry); ``locations`` are ``(line, rule)`` pairs of the original file to rewrite
-    (``repair`` fills them). The patch result (manifest, rewrites, blockers) is attached as
+    one entry); ``locations`` are lines of the original file to rewrite, with the rule or symptom each
+    asks for (:class:`~patcher.registry.locations.Location`, or a ``(line, rule)`` pair; ``repair``
+    fills them). The patch result (manifest, rewrites, blockers) is attached as
     ``cls.__tracezoo_patch__``.
 
     ``model_class`` may live in a user's own file (a script run as ``__main__`` included): the
@@ -252,7 +254,7 @@ class RepairResult:
     model_class: type | None
     steps: list[RepairStep] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
-    locations: list[tuple] = field(default_factory=list)
+    locations: list[Location] = field(default_factory=list)
 
     @property
     def traced(self) -> bool:
@@ -333,7 +335,7 @@ def repair(
                 result.model_class = traceable
                 return result
             tried.add(original)
-            result.locations.append((original, construct.symptom.rule))
+            result.locations.append(Location(original, wanted=construct.symptom.rule))
             result.steps.append(RepairStep(construct, original, action))
             continue
         result.model_class = traceable

@@ -166,3 +166,15 @@ def test_patch_help_lists_every_rule_without_importing_torch():
     assert "HEAVY []" in run.stdout, run.stdout + run.stderr
     for code, spec in RULES.items():
         assert f"{code}  {spec.summary}" in run.stdout
+
+
+def test_locations_are_decoded_once_into_fields():
+    from patcher.registry.locations import UNNAMED, Location
+
+    assert Location.of((15, "control_flow")) == Location(15, None, "control_flow")
+    assert Location.of(("15",)) == Location(15, None, UNNAMED)
+    assert Location.of(("pkg.Model.get_rope_index", "TZ106")) == Location(None, "get_rope_index", "TZ106")
+    located = Location(15, wanted="tz105")
+    assert Location.of(located) is located and located.names_a_code and located.rule == "TZ105"
+    assert not Location(15, wanted="control_flow").names_a_code and Location(15, wanted="control_flow").rule is None
+    assert located.shifted(-3).line == 12 and Location(None, "f").shifted(-3) == Location(None, "f")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from patcher import run_subgraphs, trace_subgraphs
+from patcher.registry.locations import Location
 from patcher.traceable import load_traceable, repair
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fixtures"))
@@ -24,7 +25,7 @@ def test_repair_rewrites_what_only_tracing_finds(tmp_path):
     assert result.traced, result.report()
     line = next(number for number, text in enumerate(open(toy_modeling.__file__), 1)
                 if text.strip() == "if self.threshold > 0:")
-    assert result.locations == [(line, "TZ101")]
+    assert result.locations == [Location(line, wanted="TZ101")]
     assert [step.construct.symptom.rule for step in result.steps] == ["TZ101"]
     rewrites = result.model_class.__tracezoo_patch__.manifest["rewrites"]
     assert [(rewrite["rule"], rewrite["lines"][0]) for rewrite in rewrites] == [("TZ101", line)]

@@ -4,13 +4,16 @@
   static issue kinds it owns, the tracer messages that diagnose it, its precedence);
 - :mod:`.wrapped`: the name prefixes of the functions the rewriter creates, which the tracer
   and the renderer recognise;
-- :mod:`.ignore`: the functions and methods kept opaque by default.
+- :mod:`.ignore`: the functions and methods kept opaque by default;
+- :mod:`.locations`: :class:`~.locations.Location`, a line (or function) a tracer failure asks
+  the rewriter to rewrite, with the rule or symptom it names.
 
 Pure Python, importing nothing from ``patcher`` (nor torch, transformers, libcst): ``rewrite``,
 ``trace`` and the command line all read it, and ``patcher patch --help`` stays cheap.
 """
 
 from .ignore import DEFAULT_IGNORE
-from .rules import NO_RULE, RULES, RuleSpec, Symptom, rule_for_location
+from .locations import Location
+from .rules import NO_RULE, RULES, Level, RuleSpec, Symptom, rule_for_location
 
-__all__ = ["DEFAULT_IGNORE", "NO_RULE", "RULES", "RuleSpec", "Symptom", "rule_for_location"]
+__all__ = ["DEFAULT_IGNORE", "NO_RULE", "RULES", "Level", "Location", "RuleSpec", "Symptom", "rule_for_location"]

@@ -1,7 +1,7 @@
 """The rules, one spec per code: the single place a rule's identity, text and precedence live.
 
 A rule is three things: this spec, one transform module in ``patcher/rewrite/rules/`` (named by
-``RuleSpec.transform``, exposing ``SPEC`` and ``rewrite(stmt, ctx)``) and one fixture folder of
+``RuleSpec.transform``, exposing ``SPEC``, ``HOOKS`` and ``rewrite(stmt, ctx)``) and one fixture folder of
 the same name in ``tests/rewrite/fixtures/``. The rewriter runs the transforms in precedence
 order, the tracer's diagnosis matches the symptoms, and ``patcher patch --help``, the manifest and
 GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/test_registry.py``
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import IntEnum
 
 #: Every rule code starts with it; a location naming a code (``TZ105``) forces that rule.
 CODE_PREFIX = "TZ"
@@ -38,9 +39,18 @@ ASSERT = "assert"  # assert on a traced value
 FINFO = "finfo"  # torch.finfo/iinfo of a traced dtype
 ISSUE_KINDS = (BOOL, ITER, DATA, SETITEM, STARRED, SIZES, CHECK, ASSERT, FINFO)
 
-#: Taint levels as rule specs name them (``rewrite/taint.py`` holds the numbers).
-VALUE = "value"  # depends on tensor values
-META = "meta"  # depends only on shapes, ranks, dtypes, devices
+
+
+class Level(IntEnum):
+    """How far an expression depends on traced tensors (``rewrite/taint.py`` computes it; rule
+    specs claim issues by it). Ordered: the level of an expression is the highest of its parts."""
+
+    CLEAN = 0  # a plain Python value while tracing (configs, ``self.`` attributes, constants)
+    META = 1  # depends only on shapes, ranks, dtypes, devices
+    VALUE = 2  # depends on tensor values
+
+
+CLEAN, META, VALUE = Level.CLEAN, Level.META, Level.VALUE
 
 # fx's messages: the same words whether the test reads values or shapes (the line tells).
 _CONTROL_FLOW = r"cannot be used as inputs to control flow|cond must be a bool"
@@ -82,10 +92,10 @@ class RuleSpec:
     #: Order within the rewriter (ascending; hoist rules all run before expression rules).
     precedence: int
     #: ``(issue kind, level)`` pairs of ``rewrite/detect.py`` this rule rewrites; level None: any.
-    claims: tuple[tuple[str, str | None], ...]
+    claims: tuple[tuple[str, Level | None], ...]
     symptoms: tuple[Symptom, ...] = ()
 
-    def claims_issue(self, kind: str, level: str | None) -> bool:
+    def claims_issue(self, kind: str, level: Level | None) -> bool:
         return any(kind == k and (want is None or level == want) for k, want in self.claims)
 
 

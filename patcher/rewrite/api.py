@@ -16,6 +16,8 @@ import libcst as cst
 
 from ..files import stale_files, write_pair_atomic
 from ..normalize import module_entries
+from ..registry.locations import Location
+from ..registry.locations import decode as decode_locations
 from ..registry.origins import line_map
 from ..registry.rules import NO_RULE, RULES
 from . import file_header as hdr
@@ -83,7 +85,7 @@ def patch_source(
     source_path: str | None = None,
     targets: Sequence[str] = (),
     ignore: Sequence[str] = (),
-    locations: Sequence[tuple] = (),
+    locations: Sequence[Location | tuple] = (),
     provenance: Sequence[tuple[str, str]] = (),
 ) -> PatchResult:
     """Rewrite `source` (a modeling file's text) so that torch.fx can trace it.
@@ -94,9 +96,10 @@ def patch_source(
     method names to call opaquely (added to ``registry.ignore.FORWARDED_BY_REWRITER``: the tracer's
     DEFAULT_IGNORE less its checks and tower helpers). For both, a single string or ``nn.Module``
     subclass is one entry (:mod:`patcher.normalize`). `locations`:
-    ``(lineno, rule code or symptom key)`` pairs (lines of `source`) from tracer failures, rewritten even
-    where static detection sees nothing; a string instead of a line number names a function or
-    method to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
+    :class:`~patcher.registry.locations.Location` entries, or the ``(lineno, rule code or symptom
+    key)`` pairs they decode from (lines of `source`), from tracer failures: rewritten even where
+    static detection sees nothing; a string instead of a line number names a function or method
+    to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
     file and how to regenerate it (``("recipe", ...)``, ``("regenerate with", ...)``); re-patching
     a patched file keeps its own. Works on any Python source (no model-class check; see `patch_file`).
 
@@ -108,6 +111,7 @@ def patch_source(
     """
     targets = module_entries(targets, "targets")
     ignore = module_entries(ignore, "ignore", functions=True)
+    locations = decode_locations(locations)  # the one place tuples become Locations
     fields, body = hdr.split_header(source)
     offset = source[: len(source) - len(body)].count("\n")  # header lines: locations index `source`
     module_name = module_name or fields.get("source module") or _infer_module(source_path)
@@ -194,7 +198,7 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
     package = module_name.rsplit(".", 1)[0] if module_name and "." in module_name else None
     imports = AbsoluteImports(package)
     module = imports.apply(module)
-    shifted = [(loc[0] - offset if isinstance(loc[0], int) else loc[0],) + tuple(loc[1:]) for loc in locations]
+    shifted = [location.shifted(-offset) for location in locations]
     new_module, state = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=shifted)
     if state.containers_changed:
         new_module = _settle(body, new_module, state, filename=filename, targets=targets, ignore=ignore)
@@ -323,7 +327,7 @@ def patch_file(
     ignore: Sequence[str] = (),
     force: bool = False,
     check: bool = False,
-    locations: Sequence[tuple] = (),
+    locations: Sequence[Location | tuple] = (),
     provenance: Sequence[tuple[str, str]] = (),
 ) -> PatchResult:
     """Patch a modeling file and write ``<output_dir>/<stem>.py`` and ``<stem>.manifest.json``.

@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
+from ..registry.locations import Location
 from ..registry.wrapped import WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
@@ -23,6 +24,16 @@ from .targets import TargetIndex
 from .walk import descendants
 
 
+@dataclass(frozen=True)
+class Forwarder:
+    """The module-level wrapped function that calls to an ignored function or a method wrapped
+    whole go through, with the rule it is recorded under and why (see rules.base.RuleHooks)."""
+
+    function: str  # its name
+    code: str  # the rule that forwards the call
+    reason: str  # why, as the manifest says it
+
+
 class Forwarding(Protocol):
     """What a statement's rules need of the engine (engine.Engine): the module's state, the
     names calls to which go through forwarders, and the forwarder for one of them."""
@@ -30,7 +41,7 @@ class Forwarding(Protocol):
     state: ModuleState
     redirect_names: set[str]
 
-    def forwarder(self, name: str, *, method: bool, line: int) -> tuple[str, str] | None: ...
+    def forwarder(self, name: str, *, method: bool, line: int) -> Forwarder | None: ...
 
 
 @dataclass
@@ -41,7 +52,7 @@ class ModuleState:
     ignore: set[str]
     redirect_methods: dict[str, str]  # method name -> rule code (whole-method wrap)
     targets: TargetIndex
-    locations: dict[int, str]  # line -> the rule code or symptom key a tracer failure asks for
+    locations: dict[int, Location]  # line -> what a tracer failure asks for there
     existing_wrapped: set[str]
     wrapped_defs: dict
     has_torch: bool
@@ -49,7 +60,7 @@ class ModuleState:
     rewrites: list[Rewrite] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     pending: list[cst.BaseStatement] = field(default_factory=list)
-    forwarders: dict[tuple[str, bool], tuple[str, str]] = field(default_factory=dict)
+    forwarders: dict[tuple[str, bool], Forwarder] = field(default_factory=dict)
     used_locations: set[int] = field(default_factory=set)
     containers_changed: bool = False
     unsettled: set = field(default_factory=set)  # functions to look at again (see api._settle)
@@ -134,7 +145,8 @@ class FunctionCtx:
 
 
 class StatementContext:
-    """What a rule may ask about, and do to, one statement (see rules/base.py)."""
+    """What a rule may ask about, and do to, one statement: implements rules.base.RuleContext
+    for the rules, and tells the engine what they did (hoisted, guarded, blocked)."""
 
     def __init__(self, engine: Forwarding, fctx: FunctionCtx, stmt: cst.CSTNode, forced: str | None,
                  forced_lines: set[int]):
@@ -144,10 +156,12 @@ class StatementContext:
         self.stmt = stmt
         self.taint = fctx.taint
         self.method = fctx.method.strip("_") or "fn"
+        self.body = fctx.body
         self.forced = forced
         self.forced_lines = forced_lines
         self.hoisted = False
         self.guarded = False  # the hoisted call sits inside an `if NAME is not None:` guard
+        self.guard_kept = False  # a rule kept a plain guard as an `if` around the wrapped call
         self.blocked = False
         self._issues: dict[int, list] = {}
 
@@ -187,7 +201,7 @@ class StatementContext:
                     return True
         return False
 
-    def forwarder(self, name: str, *, method: bool) -> tuple[str, str] | None:
+    def forwarder(self, name: str, *, method: bool) -> Forwarder | None:
         return self.engine.forwarder(name, method=method, line=self.state.lines(self.stmt)[0])
 
     def replace(self, stmts: Sequence[cst.BaseStatement], *, code: str, reason: str,

@@ -30,7 +30,7 @@ CHECK_CALLS = frozenset({*CHECKS_IGNORED, "torch._check", "torch._check_with", "
 @dataclass(frozen=True)
 class Issue:
     kind: str  # one of patcher.registry.rules.ISSUE_KINDS; each rule's spec claims the kinds it rewrites
-    level: int  # taint.VALUE or taint.META
+    level: Level  # VALUE or META
     node: cst.CSTNode
     detail: str
 
@@ -54,8 +54,8 @@ class _Finder:
         self.taint = taint
         self.issues: list[Issue] = []
 
-    def add(self, kind: str, level: int, node: cst.CSTNode, detail: str) -> None:
-        if level:
+    def add(self, kind: str, level: Level, node: cst.CSTNode, detail: str) -> None:
+        if level != CLEAN:
             self.issues.append(Issue(kind, level, node, detail))
 
     def visit(self, node: cst.CSTNode) -> None:  # noqa: C901 - one dispatch table

@@ -3,6 +3,11 @@
 The walk rebuilds only the statements a rule changes; every other node is the parsed original,
 so libcst prints it byte for byte. Functions the rules create are inserted just before the
 top-level class or function whose code they came from.
+
+The engine names no rule: it runs ``rules.HOIST_RULES`` then ``rules.EXPRESSION_RULES`` on each
+statement, and leaves every other choice to the rules' hooks (``rules.base.RuleHooks``): which
+rule a targeted statement is forced to, which methods are wrapped whole, which rule forwards
+ignored calls.
 """
 
 from __future__ import annotations
@@ -13,34 +18,29 @@ from typing import Iterable, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper
 
-from ..registry.rules import DATA, NO_RULE, TZ101, TZ103, TZ105, TZ106, names_a_code, rule_for_location
+from ..registry.locations import Location
+from ..registry.rules import NO_RULE
 from ..registry.wrapped import forwarder_name
 from . import hoist as hoist_mod
-from .context import FunctionCtx, ModuleState, StatementContext
-from .detect import find_issues, iter_statements
+from .context import Forwarder, FunctionCtx, ModuleState, StatementContext
+from .hoist import is_fx_wrapped
 from .name_use import function_body_use, param_list
 from . import opaque_results, traced_items
 from .wrapper_names import Namer
 from .records import Blocker, Rewrite
-from .rules import EXPRESSION_RULES, HOIST_RULES
+from .rules import (EXPRESSION_RULES, FORWARD_REASONS, HOIST_RULES, IGNORED_CALLS, LOCATION_FALLBACK, LOCATION_RULES,
+                    WHOLE_METHOD_RULES)
 from ..registry.ignore import FORWARDED_BY_REWRITER
 from .shapes import shape_names_of
-from .taint import META, VALUE, Taint, dotted, function_taint
+from .taint import Taint, function_taint
 from .targets import TargetIndex
 
 __all__ = ["Blocker", "Engine", "Rewrite", "run_rules"]
 
-# Methods that are the graph itself: wrapping them whole would make the model opaque.
-_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
-WHOLE_METHOD_MIN_ISSUES = 3
 # Methods that never run under the tracer (construction, weight init, generation plumbing):
 # rewriting them would only add noise to the diff.
 NOT_TRACED = frozenset({"__init__", "_init_weights", "init_weights", "extra_repr", "__repr__",
                         "prepare_inputs_for_generation", "_update_model_kwargs_for_generation"})
-
-
-def _is_fx_wrapped(fn: cst.FunctionDef) -> bool:
-    return any(dotted(d.decorator) in ("torch.fx.wrap", "fx.wrap", "wrap") for d in fn.decorators)
 
 
 class Engine:
@@ -83,7 +83,7 @@ class Engine:
 
     def skip_function(self, fn: cst.FunctionDef, cls: str | None) -> bool:
         name = fn.name.value
-        if _is_fx_wrapped(fn) or name == hoist_mod.NOTE_HELPER or (cls is not None and name in NOT_TRACED):
+        if is_fx_wrapped(fn) or name == hoist_mod.NOTE_HELPER or (cls is not None and name in NOT_TRACED):
             return True
         if name in self.state.ignore:
             return True  # runs as one opaque call: its body executes eagerly
@@ -178,15 +178,9 @@ class Engine:
         if not hits:
             return None, set()
         self.state.used_locations |= hits
-        code = rule_for_location(self.state.locations[min(hits)])
-        if code is None:
-            head = stmt.test if isinstance(stmt, (cst.If, cst.While)) else None
-            if isinstance(stmt, cst.For):
-                code = TZ103
-            elif head is not None and fctx.taint.of(head) == META:
-                code = TZ105
-            else:
-                code = TZ101
+        code = self.state.locations[min(hits)].rule
+        if code is None:  # the location names no rule: the statement's form decides
+            code = location_rule(stmt, fctx.taint)
         return code, hits
 
     def statement(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> list[cst.BaseStatement]:
@@ -200,7 +194,7 @@ class Engine:
             out = rule.rewrite(stmt, ctx)
             if out is not None:
                 if isinstance(stmt, cst.If) and len(out) == 1 and isinstance(out[0], cst.If) \
-                        and not ctx.guarded and not getattr(ctx, "guard_kept", False):
+                        and not ctx.guarded and not ctx.guard_kept:
                     out = [self.kept_branches(stmt, out[0], fctx)]
                 return out
             if ctx.blocked:
@@ -273,11 +267,11 @@ class Engine:
         return self.descend(original, header, fctx)
 
     # -- forwarders -------------------------------------------------------------------------
-    def forwarder(self, name: str, *, method: bool, line: int) -> tuple[str, str] | None:
+    def forwarder(self, name: str, *, method: bool, line: int) -> Forwarder | None:
         if method:
             code = self.state.redirect_methods.get(name)
         else:
-            code = TZ106 if name in self.state.ignore else None
+            code = IGNORED_CALLS.CODE if name in self.state.ignore else None
         if code is None:
             return None
         key = (name, method)
@@ -287,33 +281,30 @@ class Engine:
                 fname = self.state.namer.unique(fname, method="method" if method else None)
                 self.state.add_function(hoist_mod.forwarding_wrapper(
                     fname, name, method=method, origin=f"{self.state.origin(line)} (calls {name})"))
-            self.state.forwarders[key] = (fname, code)
+            self.state.forwarders[key] = Forwarder(fname, code, FORWARD_REASONS[code])
         return self.state.forwarders[key]
 
 
-def whole_method_candidates(module: cst.Module, targets: TargetIndex, wrapped: dict) -> dict[str, str]:
-    """Methods data-dependent through and through -> TZ103 (their callers call them wrapped)."""
+def location_rule(stmt: cst.BaseStatement, taint: Taint) -> str:
+    """The rule a targeted location that names none forces at ``stmt``: the first rule (by
+    precedence) whose ``HOOKS.takes_location`` takes it, else the fallback rule."""
+    for rule in LOCATION_RULES:
+        if rule.HOOKS.takes_location(stmt, taint):
+            return rule.CODE
+    return LOCATION_FALLBACK.CODE
+
+
+def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict) -> dict[str, str]:
+    """Method name -> the rule that wraps it whole (their callers call them wrapped)."""
     found: dict[str, str] = {}
-    for cls in module.body:
-        if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
-            continue
-        for fn in cls.body.body:
-            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or _is_fx_wrapped(fn):
-                continue
-            taint = function_taint(fn, Taint(wrapped=wrapped))
-            loops = data = 0
-            for stmt in iter_statements(fn.body):
-                if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
-                    loops += 1
-                data += sum(1 for i in find_issues(stmt, taint) if i.kind == DATA and i.level == VALUE)
-            # Loops over tensors driven by tensor data: no part of it can stay in a graph.
-            if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
-                found[fn.name.value] = TZ103
+    for rule in WHOLE_METHOD_RULES:
+        for name in rule.HOOKS.whole_methods(module, targets, wrapped):
+            found.setdefault(name, rule.CODE)
     return found
 
 
 def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], ignore: Sequence[str],
-              locations: Sequence[tuple], only: set[str] | None = None,
+              locations: Sequence[Location], only: set[str] | None = None,
               redirect: dict[str, str] | None = None,
               line_map: dict[int, int] | None = None) -> tuple[cst.Module, ModuleState]:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
@@ -323,28 +314,27 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     for stmt in module.body:
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             top_names.add(stmt.name.value)
-            if isinstance(stmt, cst.FunctionDef) and _is_fx_wrapped(stmt):
+            if isinstance(stmt, cst.FunctionDef) and is_fx_wrapped(stmt):
                 existing_wrapped.add(stmt.name.value)
                 wrapped_defs[stmt.name.value] = stmt
         else:
             use = function_body_use_stmt(stmt)
             top_names |= use
     ignore_set = set(FORWARDED_BY_REWRITER) | set(ignore)
-    line_locs: dict[int, str] = {}
-    for loc in locations:
-        where, wanted = loc[0], (loc[1] if len(loc) > 1 else "bool")  # wanted: a rule code or symptom key
-        if isinstance(where, str) and not where.isdigit():
-            ignore_set.add(where.rsplit(".", 1)[-1])
+    line_locs: dict[int, Location] = {}
+    for location in locations:
+        if location.function is not None:
+            ignore_set.add(location.function)
         else:
-            line_locs[int(where)] = str(wanted)
+            line_locs[location.line] = location
     index = TargetIndex(module, targets)
-    redirect = dict(redirect) if redirect is not None else whole_method_candidates(module, index, wrapped_defs)
+    redirect = dict(redirect) if redirect is not None else whole_methods(module, index, wrapped_defs)
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
                     and isinstance(cls.body, cst.IndentedBlock) for fn in cls.body.body
                     if isinstance(fn, cst.FunctionDef)}
     for name in ignore_set:
         if name in method_names or name not in top_names:
-            redirect.setdefault(name, TZ106)
+            redirect.setdefault(name, IGNORED_CALLS.CODE)
     state = ModuleState(
         filename=os.path.basename(filename), wrapper=wrapper, namer=Namer(top_names), ignore=ignore_set,
         redirect_methods=redirect, targets=index, locations=line_locs, existing_wrapped=existing_wrapped,
@@ -354,8 +344,9 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):
-        state.block(line, line_locs[line] if names_a_code(line_locs[line]) else NO_RULE,
-                    line_locs[line], "no rewritable statement at this line (outside functions, or in wrapped code)")
+        location = line_locs[line]
+        state.block(line, location.wanted if location.names_a_code else NO_RULE,
+                    location.wanted, "no rewritable statement at this line (outside functions, or in wrapped code)")
     return new, state
 
 

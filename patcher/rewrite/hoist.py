@@ -15,6 +15,7 @@ import libcst as cst
 from ..registry.origins import origin_note
 from .bound import writes_first
 from .name_use import name_use
+from .taint import dotted
 from .walk import descendants
 
 NOTE_HELPER = "_tz_note"
@@ -24,6 +25,11 @@ NOTE_HELPER_SOURCE = f'''def {NOTE_HELPER}(exc, origin):
     if hasattr(exc, "add_note"):
         exc.add_note(f"tracezoo: raised by code moved from {{origin}}")
 '''
+
+
+def is_fx_wrapped(fn: cst.FunctionDef) -> bool:
+    """Is ``fn`` decorated with ``torch.fx.wrap`` (one opaque call under the tracer)?"""
+    return any(dotted(d.decorator) in ("torch.fx.wrap", "fx.wrap", "wrap") for d in fn.decorators)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 `VALUE`: depends on tensor data (a tensor, `.sum()`, `.item()`): Python control flow on it is
 data-dependent (TZ101/TZ103). `META`: depends only on shapes/dtypes/devices (`x.shape[1]`, `x.ndim`,
 `x.dtype`): still a proxy under symbolic tracing, but the rewrite can often stay generic (TZ105).
-`None`: a plain Python value while tracing (configs, `self.` attributes, constants, `is None`).
+`CLEAN`: a plain Python value while tracing (configs, `self.` attributes, constants, `is None`).
 
 Flow-insensitive on purpose: a name is tainted if any assignment in the function taints it.
 """
@@ -14,13 +14,11 @@ import re
 
 import libcst as cst
 
+from ..registry.rules import CLEAN, META, VALUE, Level
 from .walk import children, descendants
 
 from .name_use import param_list
 
-VALUE = 2
-META = 1
-CLEAN = 0
 
 META_ATTRS = frozenset(
     {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "layout", "is_sparse", "is_meta", "is_quantized"}
@@ -76,7 +74,7 @@ def _annotation_text(param: cst.Param) -> str | None:
     return cst.Module([]).code_for_node(param.annotation.annotation)
 
 
-def param_taint(param: cst.Param) -> int:
+def param_taint(param: cst.Param) -> Level:
     name = param.name.value
     ann = _annotation_text(param)
     if ann is not None:
@@ -112,19 +110,19 @@ class Taint:
     them is plain Python even when the items are proxies.
     """
 
-    def __init__(self, names: dict[str, int] | None = None, containers: set[str] | None = None,
-                 wrapped: dict | None = None, items: dict[str, int] | None = None):
-        self.names: dict[str, int] = dict(names or {})
+    def __init__(self, names: dict[str, Level] | None = None, containers: set[str] | None = None,
+                 wrapped: dict | None = None, items: dict[str, Level] | None = None):
+        self.names: dict[str, Level] = dict(names or {})
         self.containers: set[str] = set(containers or ())
         # Module-level functions made by an earlier patch: a call to one is as tainted as the code
         # it holds, so that re-patching sees what the first patch saw (idempotence).
         self.wrapped: dict[str, cst.FunctionDef] = wrapped if wrapped is not None else {}
         # `outputs["image"] = self.get_image_features(...)`: the name itself stays plain (a dict),
         # but what is read back out of it (`outputs["image"].deepstack_features`) is traced.
-        self.items: dict[str, int] = dict(items or {})
-        self._memo: dict[int, tuple[cst.CSTNode, int]] = {}
+        self.items: dict[str, Level] = dict(items or {})
+        self._memo: dict[int, tuple[cst.CSTNode, Level]] = {}
 
-    def call_results(self, node: cst.Call) -> list[int] | None:
+    def call_results(self, node: cst.Call) -> list[Level] | None:
         """Per-returned-name taint of a call to a hoisted function, or None for other calls."""
         if not isinstance(node.func, cst.Name) or node.func.value not in self.wrapped:
             return None
@@ -137,7 +135,7 @@ class Taint:
         inner = function_taint(fn, Taint(seed, self.containers, {}), seed_params=False)
         return [inner.names.get(n, CLEAN) for n in ret]
 
-    def of_iterable(self, node: cst.CSTNode) -> int:
+    def of_iterable(self, node: cst.CSTNode) -> Level:
         """Taint of iterating `node`: a literal tuple/list of proxies iterates fine."""
         if isinstance(node, (cst.Tuple, cst.List)):
             return CLEAN
@@ -152,7 +150,7 @@ class Taint:
             return max((self.of(a.value) for a in node.args), default=CLEAN)
         return self.of(node)
 
-    def of(self, node: cst.CSTNode) -> int:
+    def of(self, node: cst.CSTNode) -> Level:
         # Memoised per node (nodes are immutable); cleared whenever a name's taint changes.
         key = id(node)
         cached = self._memo.get(key)
@@ -160,15 +158,15 @@ class Taint:
             cached = self._memo[key] = (node, self._of(node))
         return cached[1]
 
-    def set(self, name: str, level: int) -> None:
+    def set(self, name: str, level: Level) -> None:
         self.names[name] = level
         self._memo.clear()
 
-    def set_items(self, name: str, level: int) -> None:
+    def set_items(self, name: str, level: Level) -> None:
         self.items[name] = level
         self._memo.clear()
 
-    def _of(self, node: cst.CSTNode) -> int:  # noqa: C901 - one dispatch table
+    def _of(self, node: cst.CSTNode) -> Level:  # noqa: C901 - one dispatch table
         t = type(node)
         if t is cst.Name:
             return self.names.get(node.value, CLEAN)

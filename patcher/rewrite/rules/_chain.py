@@ -10,6 +10,7 @@ import libcst as cst
 from ...registry.wrapped import WRAPPED_PREFIX
 from ..wrapper_names import describe
 from ..taint import CLEAN
+from .base import RuleContext
 
 
 def branches(stmt: cst.If) -> list[cst.If]:
@@ -39,7 +40,7 @@ def _join_and(operands: list[cst.BaseExpression]) -> cst.BaseExpression:
     return joined
 
 
-def _split_plain_guard(stmt: cst.If, ctx) -> tuple[cst.BaseExpression, cst.If] | None:
+def _split_plain_guard(stmt: cst.If, ctx: RuleContext) -> tuple[cst.BaseExpression, cst.If] | None:
     """`if plain and traced: body` with no else -> (`plain`, `if traced: body`): the leading operands
     that are plain Python while tracing (`pixel_values is not None`) stay a Python `if`, so a
     sample without images never calls the wrapped image branch (which hands the dict it fills back
@@ -55,7 +56,7 @@ def _split_plain_guard(stmt: cst.If, ctx) -> tuple[cst.BaseExpression, cst.If] |
     return _join_and(operands[:plain]), cst.If(test=_join_and(operands[plain:]), body=stmt.body)
 
 
-def hoist_from(stmt: cst.If, index: int, ctx, *, code: str, reason: str, prefix: str = WRAPPED_PREFIX,
+def hoist_from(stmt: cst.If, index: int, ctx: RuleContext, *, code: str, reason: str, prefix: str = WRAPPED_PREFIX,
                desc: str | None = None) -> list[cst.BaseStatement] | None:
     chain = branches(stmt)
     moved = chain[index]

@@ -13,6 +13,7 @@ import libcst as cst
 
 from ..wrapper_names import describe
 from ..walk import children, descendants
+from .base import RuleContext
 
 # Nodes whose names the wrapped function could not see (their own scope) or that bind names.
 _OWN_SCOPE = (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -59,7 +60,7 @@ class _Substitute(cst.CSTTransformer):
         return self.calls.get(id(original), updated)
 
 
-def hoist_conditionals(stmt: cst.SimpleStatementLine, conditionals: list[cst.IfExp], ctx, *, code: str,
+def hoist_conditionals(stmt: cst.SimpleStatementLine, conditionals: list[cst.IfExp], ctx: RuleContext, *, code: str,
                        reason: str) -> list[cst.BaseStatement] | None:
     """``stmt`` with each conditional expression replaced by a call of a wrapped function returning it."""
     calls: dict[int, cst.BaseExpression] = {}

@@ -5,45 +5,84 @@ where its code, texts and precedence live) defines:
 
 - ``SPEC``: its :class:`patcher.registry.rules.RuleSpec`, and ``CODE = SPEC.code`` (``TZ101`` ...),
   used in comments, manifests and tracer errors;
-- ``rewrite(stmt, ctx) -> list[cst.BaseStatement] | None``: the statements replacing ``stmt``, or
-  None when the rule does not apply. Rules never mutate; they ask ``ctx`` to hoist or replace, so
-  that comments, manifest records, names and blockers are handled in one place.
+- ``HOOKS``: a :class:`RuleHooks`, the decisions the rule owns beyond one statement (which
+  targeted statements it takes, which methods it wraps whole, which calls it forwards);
+  ``RuleHooks()`` when it owns none. The engine asks every rule's hooks in the registry's
+  precedence and names no rule itself;
+- ``rewrite(stmt, ctx: RuleContext) -> list[cst.BaseStatement] | None``: the statements replacing
+  ``stmt``, or None when the rule does not apply. Rules never mutate; they ask ``ctx`` to hoist or
+  replace, so that comments, manifest records, names and blockers are handled in one place.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 import libcst as cst
 
 from ...registry import rules as registry
 from ...registry import wrapped as registry_wrapped
-from ..taint import META, VALUE
 
-_LEVEL_NAMES = {VALUE: registry.VALUE, META: registry.META}
+if TYPE_CHECKING:
+    from ..context import Forwarder
+    from ..detect import Issue
+    from ..targets import TargetIndex
+    from ..taint import Taint
 
 
 def claimed(issues: list, spec: registry.RuleSpec) -> list:
     """The detect.Issue entries of ``issues`` that ``spec`` claims (by kind and taint level)."""
-    return [i for i in issues if spec.claims_issue(i.kind, _LEVEL_NAMES.get(i.level))]
+    return [i for i in issues if spec.claims_issue(i.kind, i.level)]
+
+
+@dataclass(frozen=True)
+class RuleHooks:
+    """A rule's decisions outside ``rewrite``: the engine iterates the rules (in the registry's
+    precedence) and asks these, so that no rule's choice is made in the engine."""
+
+    #: A targeted location that names no rule (``bool``, or a symptom with ``forces_rule=False``):
+    #: does this rule take the statement at the line? The first rule that does is forced there.
+    takes_location: Callable[[cst.BaseStatement, "Taint"], bool] | None = None
+    #: The rule forced at a targeted statement no rule's ``takes_location`` takes (one rule).
+    location_fallback: bool = False
+    #: The methods of a module this rule wraps whole, as
+    #: ``whole_methods(module, targets, wrapped_defs) -> names``; calls to them go through
+    #: forwarders recorded under this rule (unless the caller passes the methods itself).
+    whole_methods: Callable[[cst.Module, "TargetIndex", dict[str, cst.FunctionDef]], Iterable[str]] | None = None
+    #: Calls to ignored functions and methods go through forwarders recorded under this rule (one rule).
+    forwards_ignored: bool = False
+    #: Why a call goes through a forwarder recorded under this rule (a manifest reason's start);
+    #: needed by a rule with ``whole_methods`` or ``forwards_ignored``.
+    forward_reason: str | None = None
 
 
 class RuleContext(Protocol):
-    """The engine's view of one statement inside one function (see context.StatementContext)."""
+    """What a rule may ask about, and do to, one statement: the interface ``rewrite`` receives
+    (implemented by ``context.StatementContext``; ``tests/rewrite/test_rule_context.py`` checks
+    that rules use nothing else)."""
 
-    taint: object  # taint.Taint of the enclosing function
+    taint: "Taint"  # taint of the enclosing function
     forced: str | None  # rule code a targeted location asks for at this statement, if any
     method: str  # enclosing function's name, for wrapped-function names
+    body: list | None  # the enclosing function's statements (original nodes); None: unknown
+    #: Set by a rule that hoisted an `if`'s test operands but kept a plain guard as a Python `if`
+    #: (its body is the wrapped call): the engine then leaves that `if` as it is.
+    guard_kept: bool
 
-    def issues(self, stmt: cst.CSTNode) -> list: ...  # detect.Issue list of stmt's own expressions
+    def issues(self, stmt: cst.CSTNode) -> list["Issue"]: ...  # detect.Issue list of stmt's own expressions
 
     def forces(self, code: str, branch: cst.If) -> bool: ...  # a location targets this if/elif line
+
+    def tests_opaque_none(self, test: cst.BaseExpression) -> bool: ...  # `is None` of an opaque call's result
+
+    def tests_traced_item(self, test: cst.BaseExpression) -> bool: ...  # truth test of a traced dict item
 
     def is_local(self, name: str) -> bool: ...
 
     def is_shape(self, expr: cst.CSTNode) -> bool: ...  # a shape or tuple of sizes
 
-    def forwarder(self, name: str, *, method: bool) -> tuple[str, str] | None: ...  # TZ106/TZ103 wrappers
+    def forwarder(self, name: str, *, method: bool) -> "Forwarder | None": ...  # a forwarded call's wrapper
 
     def mentions_redirected(self, stmt: cst.CSTNode) -> bool: ...
 

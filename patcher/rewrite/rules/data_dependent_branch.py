@@ -19,17 +19,19 @@ from ..taint import CLEAN, VALUE
 from ..walk import descendants
 from ._chain import branches, first_branch, hoist_from
 from ._conditional import hoist_conditionals, nested_conditionals
-from .base import claimed
+from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ101]
 CODE = SPEC.code
+#: A statement the tracer failed at that no other rule takes by its form is a value branch's.
+HOOKS = RuleHooks(location_fallback=True)
 
 
 _OPAQUE_NONE = "None test of an opaque call's result"
 _TRACED_ITEM = "truth test of an item of a dict holding a traced value"
 
 
-def _undecided(test: cst.BaseExpression, ctx) -> str | None:
+def _undecided(test: cst.BaseExpression, ctx: RuleContext) -> str | None:
     """Why a test that taint calls plain cannot be decided while tracing, or None."""
     if ctx.tests_opaque_none(test):
         return _OPAQUE_NONE
@@ -38,7 +40,7 @@ def _undecided(test: cst.BaseExpression, ctx) -> str | None:
     return None
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, cst.If):
         # The first branch whose test is traced decides: a shape test there is TZ105's.

@@ -3,24 +3,63 @@
 is decided by each run's input, not baked from the traced sample.
 
 `list(t)` alone becomes `t.unbind(0)` (same elements, stays in the graph). Methods that are
-data-dependent through and through (e.g. Qwen2-VL `get_rope_index`) are wrapped whole by the
-engine: their call sites call `_wrapped_<method>(obj, ...)`."""
+data-dependent through and through (e.g. Qwen2-VL `get_rope_index`) are wrapped whole
+(``HOOKS.whole_methods``, which the engine asks): their call sites call
+`_wrapped_<method>(obj, ...)`. A `for` a tracer failure points at is this rule's, whatever it
+iterates (``HOOKS.takes_location``)."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.rules import ITER, RULES, SETITEM, TZ103
+from typing import Iterator
+
+from ...registry.rules import DATA, ITER, RULES, SETITEM, TZ103
+from ..detect import find_issues, iter_statements
+from ..hoist import is_fx_wrapped
+from ..targets import TargetIndex
 from ..wrapper_names import describe
-from ..taint import VALUE, dotted
+from ..taint import CLEAN, VALUE, Taint, dotted, function_taint
 from ._own_expressions import ScopedTransformer, transform_own_expressions
-from .base import claimed
+from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ103]
 CODE = SPEC.code
 
+# Methods that are the graph itself: wrapping them whole would make the model opaque.
+_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
+WHOLE_METHOD_MIN_ISSUES = 3
 
-def _unbind_list(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLine | None:
+
+def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, cst.FunctionDef]) -> Iterator[str]:
+    """Methods data-dependent through and through (their callers call them wrapped)."""
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
+            continue
+        for fn in cls.body.body:
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
+                continue
+            taint = function_taint(fn, Taint(wrapped=wrapped))
+            loops = data = 0
+            for stmt in iter_statements(fn.body):
+                if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
+                    loops += 1
+                data += sum(1 for i in find_issues(stmt, taint) if i.kind == DATA and i.level == VALUE)
+            # Loops over tensors driven by tensor data: no part of it can stay in a graph.
+            if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
+                yield fn.name.value
+
+
+def _takes_location(stmt: cst.BaseStatement, taint: Taint) -> bool:
+    """A `for` the tracer failed at is this rule's, whatever it iterates."""
+    return isinstance(stmt, cst.For)
+
+
+HOOKS = RuleHooks(takes_location=_takes_location, whole_methods=whole_methods,
+                  forward_reason="data-dependent method wrapped whole")
+
+
+def _unbind_list(stmt: cst.SimpleStatementLine, ctx: RuleContext) -> cst.SimpleStatementLine | None:
     """`x = list(t)` -> `x = t.unbind(0)` when `t` is a traced tensor."""
     if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return None
@@ -48,7 +87,7 @@ class _IndexSplits(ScopedTransformer):
     """`enumerate(t.split(sections, ...))` -> `enumerate(t.split(sections, ...)[i] for i in range(len(sections)))`:
     the chunk count comes from the Python list, so iteration needs no proxy."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: RuleContext):
         self.ctx = ctx
         self.changed = 0
 
@@ -59,7 +98,7 @@ class _IndexSplits(ScopedTransformer):
         if not (isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute)
                 and inner.func.attr.value == "split" and inner.args
                 and self.ctx.taint.of(inner.func.value) == VALUE
-                and self.ctx.taint.of(inner.args[0].value) == 0 and _is_sections(inner.args[0].value)):
+                and self.ctx.taint.of(inner.args[0].value) == CLEAN and _is_sections(inner.args[0].value)):
             return updated
         self.changed += 1
         index = cst.Name("_tz_chunk")
@@ -72,12 +111,12 @@ class _IndexSplits(ScopedTransformer):
         return updated.with_changes(args=[updated.args[0].with_changes(value=gen)])
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, (cst.For, cst.While)):
         head = stmt.iter if isinstance(stmt, cst.For) else stmt.test
         level = ctx.taint.of_iterable(head) if isinstance(stmt, cst.For) else ctx.taint.of(head)
-        if not forced and level == 0:
+        if not forced and level == CLEAN:
             return None
         kind = "loop_over" if isinstance(stmt, cst.For) else "while"
         return ctx.hoist([stmt], code=CODE, desc=f"{ctx.method}_{kind}_{describe(head, limit=2)}", span=stmt,

@@ -21,9 +21,11 @@ import libcst as cst
 from ...registry.rules import RULES, TZ107
 from ..taint import CLEAN, dotted
 from ..walk import descendants
+from .base import RuleContext, RuleHooks
 
 SPEC = RULES[TZ107]
 CODE = SPEC.code
+HOOKS = RuleHooks()
 
 _FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones"})  # shape in, tensor of that shape out
 _RESHAPES = frozenset({"reshape", "view"})
@@ -81,7 +83,7 @@ def _next_statement(stmt: cst.BaseStatement, body: list | None) -> cst.BaseState
     return None
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     if not isinstance(stmt, cst.If):
         return None
     shape = _tested_shape(stmt)
@@ -91,7 +93,7 @@ def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
     empty = _sole_return(body[0]) if len(body) == 1 else None
     if empty is None or not _empty_of(empty, shape.value):
         return None
-    tensor = _reshaped(_sole_return(_next_statement(stmt, ctx.fctx.body)), shape.value)
+    tensor = _reshaped(_sole_return(_next_statement(stmt, ctx.body)), shape.value)
     if tensor is None or tensor == shape.value:
         return None
     rebind = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(tensor))], empty)])

@@ -12,12 +12,20 @@ import libcst as cst
 
 from ...registry.rules import RULES, TZ105
 from ..wrapper_names import describe
-from ..taint import CLEAN, META, VALUE
+from ..taint import CLEAN, META, VALUE, Taint
 from ._chain import branches, first_branch, hoist_from
-from .base import claimed
+from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ105]
 CODE = SPEC.code
+
+
+def _takes_location(stmt: cst.BaseStatement, taint: Taint) -> bool:
+    """An `if`/`while` the tracer failed at whose test reads shapes, ranks or dtypes only."""
+    return isinstance(stmt, (cst.If, cst.While)) and taint.of(stmt.test) == META
+
+
+HOOKS = RuleHooks(takes_location=_takes_location)
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -87,7 +95,7 @@ def _always_slice(stmt: cst.If) -> cst.BaseStatement | None:
     return body[0]
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, cst.If):
         index = first_branch(stmt, lambda br: ctx.forces(CODE, br) or ctx.taint.of(br.test) != CLEAN)

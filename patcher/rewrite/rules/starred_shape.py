@@ -24,10 +24,11 @@ from ..wrapper_names import describe
 from ..detect import SIZE_FACTORIES
 from ..taint import VALUE, dotted
 from ._own_expressions import ScopedTransformer, transform_own_expressions
-from .base import claimed
+from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ104]
 CODE = SPEC.code
+HOOKS = RuleHooks()
 
 # Tensor methods and torch functions taking the whole size as `*sizes` or one tuple.
 SIZE_METHODS = frozenset({"view", "reshape", "expand", "repeat", "permute", "new_zeros", "new_ones",
@@ -65,7 +66,7 @@ def _strip(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 
 class _Starred(ScopedTransformer):
-    def __init__(self, ctx):
+    def __init__(self, ctx: RuleContext):
         self.ctx = ctx
         self.changed = 0
 
@@ -162,8 +163,8 @@ class _Uses(cst.CSTVisitor):
         return False
 
 
-def _used_as_list(name: str, ctx, stmt: cst.CSTNode) -> bool:
-    body = ctx.fctx.body
+def _used_as_list(name: str, ctx: RuleContext, stmt: cst.CSTNode) -> bool:
+    body = ctx.body
     if body is None:
         return True  # cannot tell: keep list semantics
     uses = _Uses(name)
@@ -186,7 +187,7 @@ def _starred_list_name(stmt: cst.SimpleStatementLine) -> str | None:
     return None
 
 
-def _unpack_assign(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLine | None:
+def _unpack_assign(stmt: cst.SimpleStatementLine, ctx: RuleContext) -> cst.SimpleStatementLine | None:
     """`a, b, *_ = x.shape` -> `a, b = x.shape[0], x.shape[1]`."""
     if len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign) or len(stmt.body[0].targets) != 1:
         return None
@@ -224,7 +225,7 @@ def _unpack_assign(stmt: cst.SimpleStatementLine, ctx) -> cst.SimpleStatementLin
     return stmt.with_changes(body=[assign.with_changes(targets=[cst.AssignTarget(new_target)], value=new_value)])
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     issues = claimed(ctx.issues(stmt), SPEC)
     if not issues and not forced:

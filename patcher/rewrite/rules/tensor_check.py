@@ -11,10 +11,11 @@ from ...registry.wrapped import CHECK_PREFIX
 from ..wrapper_names import describe
 from ..taint import CLEAN
 from ._chain import branches, first_branch, hoist_from
-from .base import claimed
+from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ102]
 CODE = SPEC.code
+HOOKS = RuleHooks()
 
 
 def _raises_only(block: cst.BaseSuite) -> bool:
@@ -35,7 +36,7 @@ def _check_args(stmt: cst.SimpleStatementLine) -> list[cst.CSTNode]:
     return list(stmt.body)
 
 
-def rewrite(stmt: cst.BaseStatement, ctx) -> list[cst.BaseStatement] | None:
+def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     if isinstance(stmt, cst.SimpleStatementLine):
         checks = claimed(ctx.issues(stmt), SPEC)
         if not (checks or (ctx.forced == CODE)):
