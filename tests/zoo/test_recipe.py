@@ -137,3 +137,16 @@ def test_patch_check_is_the_zoo_check(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "+# an edit" not in captured.out and "-# an edit" in captured.out  # the diff, on disk -> generated
     assert f"regenerate with: {regenerate_command('gemma3')}" in captured.err
+
+
+def test_entries_are_the_folders_with_a_recipe(tmp_path):
+    from zoo._entries import discover_entries
+
+    for folder in ("beta", "alpha", "notes", "__pycache__"):
+        (tmp_path / folder).mkdir()
+    for entry in ("beta", "alpha"):
+        (tmp_path / entry / "recipe.py").write_text("")
+    (tmp_path / "notes" / "README.md").write_text("")
+    (tmp_path / "recipe.py").write_text("")  # a file, not a folder: no entry
+    assert discover_entries(tmp_path, "pkg") == {"alpha": "pkg.alpha.recipe", "beta": "pkg.beta.recipe"}
+    assert set(ENTRIES) == {path.parent.name for path in ZOO_DIR.glob("*/recipe.py")}
