@@ -14,7 +14,7 @@ from zoo._generate import regenerate_command
 from zoo._recipe import Recipe, RecipeError, load_recipe
 
 VALID = """
-from zoo._recipe import Recipe
+from zoo._recipe import RealConfig, Recipe, SampleLayout
 
 def _noop(*args, **kwargs):
     return None
@@ -28,6 +28,10 @@ RECIPE = Recipe(
     default_targets=["LlamaDecoderLayer"],
     default_ignore=["get_image_features"],
     tiny_config=_noop, tiny_model=_noop, build_sample=_noop, example_image_sizes=_noop,
+    sample_layout=SampleLayout(image_token="image_token_index", image_token_count=_noop, pixels="fixed_size"),
+    real_configs=[RealConfig("llava-1.5-7b-hf", text_subgraphs=33, multimodal_subgraphs=33,
+                             layers={"LlamaDecoderLayer": 32}, image_span=576,
+                             sample_shapes={"pixel_values": [4, 3, 336, 336]})],
 )
 """
 
@@ -49,6 +53,10 @@ def test_a_valid_recipe_loads_with_its_path_and_tuples(tmp_path, monkeypatch):
     assert isinstance(loaded, Recipe) and loaded.path == str(path)
     assert loaded.patch_targets == ("LlamaDecoderLayer",) and loaded.patch_ignore == ()
     assert loaded.targets(multimodal=True) == loaded.targets(multimodal=False) == ("LlamaDecoderLayer",)
+    assert loaded.traceable_class == "TraceableLlavaForConditionalGeneration"
+    assert loaded.original_traces == ""
+    (real,) = loaded.real_configs
+    assert real.sample_shapes == {"pixel_values": (4, 3, 336, 336)}  # shapes frozen to tuples
 
 
 @pytest.mark.parametrize("change, field", [
@@ -62,6 +70,12 @@ def test_a_valid_recipe_loads_with_its_path_and_tuples(tmp_path, monkeypatch):
     (("tiny_model=_noop, ", ""), "tiny_model"),  # missing
     (("tiny_model=_noop, ", "tiny_modle=_noop, "), "tiny_modle"),  # misspelt
     (("RECIPE = Recipe(", "OTHER = Recipe("), "RECIPE"),
+    (('pixels="fixed_size"', 'pixels="fixed"'), "sample_layout.pixels"),
+    (('image_token="image_token_index"', 'image_token="image token"'), "sample_layout.image_token"),
+    (("    sample_layout=SampleLayout(", "    sample_layout=dict("), "sample_layout"),
+    (("layers={\"LlamaDecoderLayer\": 32}", "layers={\"LlamaMLP\": 32}"), "real_configs['llava-1.5-7b-hf'].layers"),
+    (("image_span=576", "image_span=0"), "real_configs['llava-1.5-7b-hf']"),
+    (("real_configs=[RealConfig(", "real_configs=[] if True else [RealConfig("), "real_configs"),  # none
 ])
 def test_a_broken_recipe_names_its_file_and_field(tmp_path, monkeypatch, change, field):
     old, new = change
