@@ -5,6 +5,7 @@ import json
 import shutil
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +165,26 @@ def test_entries_are_the_folders_with_a_recipe(tmp_path):
     (tmp_path / "recipe.py").write_text("")  # a file, not a folder: no entry
     assert discover_entries(tmp_path, "pkg") == {"alpha": "pkg.alpha.recipe", "beta": "pkg.beta.recipe"}
     assert set(ENTRIES) == {path.parent.name for path in ZOO_DIR.glob("*/recipe.py")}
+
+
+def test_readme_zoo_list_is_generated_between_its_markers():
+    from zoo._generate import ZOO_LIST_END, ZOO_LIST_START, with_zoo_list
+
+    readme = f"intro\n- zoo:\n  {ZOO_LIST_START}\n  `TraceableGone`\n  {ZOO_LIST_END}\nrest\n"
+    generated = with_zoo_list(readme)
+    assert generated.startswith(f"intro\n- zoo:\n  {ZOO_LIST_START}\n  `")  # the marker's indent kept
+    assert generated.endswith(f"`\n  {ZOO_LIST_END}\nrest\n") and "TraceableGone" not in generated
+    assert all(f"`{recipe(entry).traceable_class}`" in generated for entry in ENTRIES)
+    with pytest.raises(ValueError, match="marker"):
+        with_zoo_list("a README without the markers\n")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_real_configs_are_bundled_with_a_readme_row(entry):
+    import patcher
+
+    configs = Path(patcher.__file__).parent / "configs"
+    table = (configs / "README.md").read_text(encoding="utf-8")
+    for real in recipe(entry).real_configs:
+        assert (configs / f"{real.name}.json").is_file(), real.name
+        assert f"\n| {real.name} |" in table, f"patcher/configs/README.md has no row for {real.name}"
