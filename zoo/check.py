@@ -30,9 +30,15 @@ def version_note(entries) -> str | None:
     """A line when the installed transformers differs from the committed files' version."""
     from ._loader import committed_manifest, installed_transformers_version, regeneration_dir
 
+    def committed_version(entry: str) -> str | None:
+        try:
+            return committed_manifest(entry)["transformers_version"]
+        except FileNotFoundError:  # a new entry: nothing generated yet, which is what --fix is for
+            return None
+
     installed = installed_transformers_version()
-    moved = {entry: committed_manifest(entry)["transformers_version"] for entry in entries}
-    moved = {entry: version for entry, version in moved.items() if version != installed}
+    committed = {entry: committed_version(entry) for entry in entries}
+    moved = {entry: version for entry, version in committed.items() if version not in (None, installed)}
     if not moved:
         return None
     committed = ", ".join(sorted(set(moved.values())))

@@ -135,6 +135,20 @@ def test_no_version_note_when_versions_match():
     assert check.version_note(list(ENTRIES)) is None
 
 
+def test_a_new_entry_without_generated_files_gets_no_version_note(monkeypatch):
+    """``check_zoo --fix <new entry>`` must get to generating: its manifest does not exist yet."""
+    from zoo import _loader, check
+
+    def committed_manifest(entry):
+        if entry == "llava":
+            raise FileNotFoundError(f"zoo/{entry}/modeling_{entry}.manifest.json")
+        return {"transformers_version": "5.0.0"}
+
+    monkeypatch.setattr(_loader, "committed_manifest", committed_manifest)
+    note = check.version_note(["llava", "gemma3"])
+    assert note is not None and note.startswith("zoo: gemma3 committed for transformers 5.0.0")
+
+
 def test_patch_check_is_the_zoo_check(tmp_path, capsys):
     """``patcher patch --check`` with the recipe's options agrees with scripts/check_zoo, both ways."""
     from patcher.cli import main
