@@ -128,7 +128,8 @@ class Recipe:
     #: ``tiny_model(seed=0, dtype=torch.float32, model_class=None, **overrides)``.
     tiny_model: Callable
     #: ``build_sample(config, *, batch_size, seq_len, num_images, image_size, left_padding, device,
-    #: generator, multimodal, dtype)``: processor-free model inputs.
+    #: generator, multimodal, dtype)``: processor-free model inputs, following the conventions in
+    #: ``zoo._recipe_helpers``' docstring.
     build_sample: Callable
     #: ``example_image_sizes(config)``: the image sizes tests and sweeps draw from.
     example_image_sizes: Callable
