@@ -5,7 +5,7 @@ Skipped unless ``llmcompressor`` is installed; it lives in a separate environmen
 tests/test_llmcompressor.py``), because llmcompressor 0.14 requires transformers <= 5.17 and the
 main environment runs 5.23. CI runs the cases not marked ``slow`` there.
 
-For every case (the five zoo classes, vision-language classes outside the zoo made traceable by
+For every case (every zoo entry's class, vision-language classes outside the zoo made traceable by
 ``load_traceable``, two text classes made traceable the same way, and plain transformers'
 ``LlamaForCausalLM``), ``oneshot`` runs GPTQ (W4A16 and W8A8) with the sequential
 pipeline inside ``tracezoo_tracing()`` on calibration batches of two image layouts, and:
@@ -43,15 +43,10 @@ import zoo  # noqa: E402
 from patcher import InputMismatchError, MissingInputError, load_traceable  # noqa: E402
 from patcher.coverage.wake import wake_zero_parameters  # noqa: E402
 from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
-from zoo._entries import recipe  # noqa: E402
+from zoo._entries import ENTRIES, recipe  # noqa: E402
 
-ZOO_CLASSES = {
-    "qwen2_vl": "TraceableQwen2VLForConditionalGeneration",
-    "qwen2_5_vl": "TraceableQwen2_5_VLForConditionalGeneration",
-    "mllama": "TraceableMllamaForConditionalGeneration",
-    "llava": "TraceableLlavaForConditionalGeneration",
-    "gemma3": "TraceableGemma3ForConditionalGeneration",
-}
+#: Zoo entry -> its traceable class's export name, as its recipe declares it.
+ZOO_CLASSES = {entry: recipe(entry).traceable_class for entry in ENTRIES}
 
 #: Vision-language classes outside the zoo, each with what its image inputs add.
 OUTSIDE_ZOO = {

@@ -24,8 +24,7 @@ from patcher.attempt import default_targets
 from patcher.cli import main
 from zoo._entries import ENTRIES, recipe
 
-TRACEABLE = {entry: next(name for name in recipe(entry).exports if name.endswith("ForConditionalGeneration"))
-             for entry in ENTRIES}
+TRACEABLE = {entry: recipe(entry).traceable_class for entry in ENTRIES}
 
 
 def _models(entry):

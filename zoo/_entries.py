@@ -1,4 +1,8 @@
-"""The zoo's entries: folder name -> recipe module, and their declared, validated recipes."""
+"""The zoo's entries: folder name -> recipe module, and their declared, validated recipes.
+
+An entry is a folder of ``zoo/`` with a ``recipe.py``: that file is the one place the zoo, its
+generator and its tests learn about the model from, so adding an entry edits no list here.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,18 @@ from pathlib import Path
 
 from ._recipe import Recipe, load_recipe
 
-ENTRIES: dict[str, str] = {
-    "qwen2_vl": "zoo.qwen2_vl.recipe",
-    "qwen2_5_vl": "zoo.qwen2_5_vl.recipe",
-    "mllama": "zoo.mllama.recipe",
-    "llava": "zoo.llava.recipe",
-    "gemma3": "zoo.gemma3.recipe",
-}
-
 ZOO_DIR = Path(__file__).parent
+
+
+def discover_entries(zoo_dir: Path = ZOO_DIR, package: str = __package__) -> dict[str, str]:
+    """Entry folder name -> recipe module, for every folder of ``zoo_dir`` (the package ``package``)
+    holding a ``recipe.py``, sorted by name (listings and test ids do not follow the file system's
+    order)."""
+    return {folder.name: f"{package}.{folder.name}.recipe" for folder in sorted(zoo_dir.iterdir())
+            if folder.is_dir() and (folder / "recipe.py").is_file()}
+
+
+ENTRIES: dict[str, str] = discover_entries()
 
 
 @functools.cache

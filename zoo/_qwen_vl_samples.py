@@ -1,12 +1,12 @@
-"""The sample layout of the Qwen VL family (Qwen2-VL, Qwen2.5-VL): one builder, two recipes (and
-the family's tiny-config check, :func:`tiny_config`).
+"""What the Qwen VL family (Qwen2-VL, Qwen2.5-VL) shares: one sample builder and its layout, the
+tiny-config check (:func:`tiny_config`) and the tracing ignores; two recipes declare them.
 
 Both models take the same processor output: ``<|vision_start|>`` + one ``image_token_id`` per
-merged patch + ``<|vision_end|>`` per image, ``mm_token_type_ids``, flattened-patch
-``pixel_values`` and ``image_grid_thw``; images of any size that is a multiple of ``patch_size *
-spatial_merge_size``. Each recipe registers :func:`build_sample` for its own model type. The
-conventions (``seq_len`` is the text length, spans, left padding, generators) are in
-``zoo.qwen2_vl.recipe``'s docstring.
+merged patch + ``<|vision_end|>`` per image, ``mm_token_type_ids`` (required by transformers 5
+whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and ``image_grid_thw``;
+images of any size that is a multiple of ``patch_size * spatial_merge_size`` (the processor's
+resized sizes are). Each recipe registers :func:`build_sample` for its own model type. The
+conventions every zoo builder follows are in ``zoo._recipe_helpers``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from ._recipe import SampleLayout
 from ._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from ._recipe_helpers import pair as _pair
 from ._recipe_helpers import tiny_config_parts as _tiny_config_parts
@@ -93,3 +94,23 @@ def build_sample(config, sizes, *, batch_size, seq_len, left_padding, generator,
         "image_grid_thw": image_grid_thw,
     }
 
+
+#: One image: ``vision_start`` + :func:`image_token_count` image tokens + ``vision_end``.
+SAMPLE_LAYOUT = SampleLayout(image_token="image_token_id", image_token_count=image_token_count, pixels="patch_grid",
+                             markers=("vision_start_token_id", "vision_end_token_id"),
+                             token_type_key="mm_token_type_ids")
+
+# Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
+# builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
+# call anyway; naming it keeps it opaque whatever the targets (Qwen2.5-VL's window index is built
+# from ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged
+# patches per image with ``.tolist()`` split sizes (the number of chunks depends on the input):
+# traced through, the chunk count would be baked.
+DEFAULT_IGNORE: list[str] = [
+    "re:model\\.visual",
+    "get_rope_index",
+    "get_image_features",
+    "get_video_features",
+]
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with the vision blocks: none beyond the defaults.
+VISION_IGNORE: list[str] = []

@@ -26,6 +26,78 @@ class RecipeError(ValueError):
         super().__init__(f"{path}: {field_name}: {problem}")
 
 
+#: The pixel layouts of the zoo's samples (``SampleLayout.pixels``); the tests check each one's
+#: tensors: ``"patch_grid"``: flattened patches ``(sum(t*h*w), C*temporal*patch*patch)`` with
+#: ``image_grid_thw`` (Qwen VL); ``"tiles"``: ``(B, num_images, max_num_tiles, C, tile, tile)``
+#: with aspect ratio ids, masks and a cross-attention mask (Mllama); ``"fixed_size"``: ``(B *
+#: num_images, C, S, S)`` with ``S = vision_config.image_size`` (CLIP, SigLIP towers).
+PIXEL_LAYOUTS = ("patch_grid", "tiles", "fixed_size")
+
+#: The sample whose tensor shapes ``RealConfig.sample_shapes`` states:
+#: ``multimodal_sample(config, **REAL_SAMPLE)`` on the real config (the default image size).
+REAL_SAMPLE = dict(batch_size=2, seq_len=8, num_images=2, left_padding=3)
+
+
+@dataclass(frozen=True)
+class SampleLayout:
+    """How one image sits in the entry's multimodal sample: what ``build_sample`` produces and the
+    tests check it against (the conventions every builder shares are ``zoo._recipe_helpers``')."""
+
+    #: Config field holding the image token id (``"image_token_id"``, ``"image_token_index"``).
+    image_token: str
+    #: ``image_token_count(config, image_size)``: image tokens of one image, markers excluded.
+    image_token_count: Callable
+    #: How ``pixel_values`` and its companion tensors are laid out: one of :data:`PIXEL_LAYOUTS`.
+    pixels: str
+    #: Config fields of the token ids just before and just after each image's tokens, if any
+    #: (Qwen VL's ``vision_start`` / ``vision_end``, Gemma3's ``boi`` / ``eoi``).
+    markers: tuple[str, str] | None = None
+    #: Sample key that is 1 exactly on image tokens, if the model takes one
+    #: (``mm_token_type_ids``, ``token_type_ids``).
+    token_type_key: str | None = None
+    #: Whether text *before* an image's first token depends on the image too. Mllama's does: its
+    #: text cross-attends to the image, and transformers' row mask only zeroes the gated MLP.
+    image_reaches_earlier_text: bool = False
+
+    def image_token_id(self, config) -> int:
+        return getattr(config, self.image_token)
+
+    def marker_ids(self, config) -> tuple[int, ...]:
+        """The ids before and after each image's tokens, or ``()``."""
+        return tuple(getattr(config, name) for name in self.markers or ())
+
+    def span_ids(self, config, image_size) -> list[int]:
+        """The tokens one image adds to ``input_ids``: its markers around its image tokens."""
+        markers = self.marker_ids(config)
+        tokens = [self.image_token_id(config)] * self.image_token_count(config, image_size)
+        return [markers[0], *tokens, markers[1]] if markers else tokens
+
+    def span(self, config, image_size) -> int:
+        """How many tokens one image adds to ``input_ids``."""
+        return self.image_token_count(config, image_size) + len(self.marker_ids(config))
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    """A bundled real config (``patcher/configs/<name>.json``) the entry is traced on at full size
+    (on ``meta``), and what that gives. The numbers are measured once and kept here so that a
+    change in the model, the recipe or the tracer shows up as a different count."""
+
+    #: The bundled config's name: the MODEL_ID commands and tests take (``"llava-1.5-7b-hf"``).
+    name: str
+    #: Subgraphs ``patcher trace TraceableX NAME`` gives (the recipe's text targets: decoder layers + 1).
+    text_subgraphs: int
+    #: Subgraphs ``patcher trace TraceableX NAME --multimodal`` gives (``Recipe.targets(True)``).
+    multimodal_subgraphs: int
+    #: Module class -> how many the model built from the config has: every class of the default
+    #: targets (the decoder layers), and the vision blocks worth knowing.
+    layers: Mapping[str, int]
+    #: Tokens one image of the default size adds to ``input_ids`` (markers included).
+    image_span: int
+    #: Shapes of the image tensors of ``multimodal_sample(config, **REAL_SAMPLE)``.
+    sample_shapes: Mapping[str, tuple[int, ...]]
+
+
 @dataclass(frozen=True, eq=False)  # one object per recipe: compared and hashed by identity
 class Recipe:
     """One zoo entry: how its traceable module is generated, traced by default, and tested."""
@@ -56,10 +128,15 @@ class Recipe:
     #: ``tiny_model(seed=0, dtype=torch.float32, model_class=None, **overrides)``.
     tiny_model: Callable
     #: ``build_sample(config, *, batch_size, seq_len, num_images, image_size, left_padding, device,
-    #: generator, multimodal, dtype)``: processor-free model inputs.
+    #: generator, multimodal, dtype)``: processor-free model inputs, following the conventions in
+    #: ``zoo._recipe_helpers``' docstring.
     build_sample: Callable
     #: ``example_image_sizes(config)``: the image sizes tests and sweeps draw from.
     example_image_sizes: Callable
+    #: How one image sits in ``build_sample``'s output.
+    sample_layout: SampleLayout
+    #: The bundled real configs the entry is traced on (at least one).
+    real_configs: Sequence[RealConfig]
 
     #: Extra functions or methods to wrap in source, beyond the patcher's defaults.
     patch_ignore: Sequence[str] = ()
@@ -70,12 +147,20 @@ class Recipe:
     #: Additions to ``patcher.DEFAULT_IGNORE`` with ``vision_targets`` (they replace
     #: ``default_ignore``, whose entries keep the tower opaque).
     vision_ignore: Sequence[str] = ()
+    #: Why the *original* class traces too, if it does (the zoo class must then trace the same
+    #: way); empty: the original fails to trace, which the tests expect.
+    original_traces: str = ""
     #: The recipe file, set by ``load_recipe``.
     path: str = ""
 
     def targets(self, multimodal: bool) -> tuple[str, ...]:
         """The sequential targets for a text-only or a multimodal sample."""
         return tuple(self.multimodal_targets or self.default_targets) if multimodal else tuple(self.default_targets)
+
+    @property
+    def traceable_class(self) -> str:
+        """The export name of the traceable ``model_class`` (``TraceableLlavaForConditionalGeneration``)."""
+        return next(name for name, class_name in self.exports.items() if class_name == self.model_class)
 
     @property
     def source_stem(self) -> str:
@@ -126,7 +211,48 @@ def validate(recipe, path: str | Path) -> Recipe:
     for name in _CALLABLES:
         if not callable(getattr(recipe, name)):
             raise RecipeError(path, name, f"must be callable, got {getattr(recipe, name)!r}")
-    return dataclasses.replace(recipe, exports=dict(recipe.exports), path=str(path), **frozen)
+    _validate_layout(recipe.sample_layout, path)
+    real_configs = _validate_real_configs(recipe.real_configs, frozen["default_targets"], path)
+    if not isinstance(recipe.original_traces, str):
+        raise RecipeError(path, "original_traces", f"must be a string (why), got {recipe.original_traces!r}")
+    return dataclasses.replace(recipe, exports=dict(recipe.exports), real_configs=real_configs, path=str(path),
+                               **frozen)
+
+
+def _validate_layout(layout, path) -> None:
+    if not isinstance(layout, SampleLayout):
+        raise RecipeError(path, "sample_layout", f"must be a zoo._recipe.SampleLayout, got {layout!r}")
+    if not _is_identifier(layout.image_token):
+        raise RecipeError(path, "sample_layout.image_token", f"{layout.image_token!r} is not a config field name")
+    if not callable(layout.image_token_count):
+        raise RecipeError(path, "sample_layout.image_token_count", f"must be callable, got {layout.image_token_count!r}")
+    if layout.pixels not in PIXEL_LAYOUTS:
+        raise RecipeError(path, "sample_layout.pixels", f"{layout.pixels!r} is not one of {PIXEL_LAYOUTS}")
+    if layout.markers is not None and (len(layout.markers) != 2 or not all(map(_is_identifier, layout.markers))):
+        raise RecipeError(path, "sample_layout.markers", f"must be two config field names, got {layout.markers!r}")
+
+
+def _validate_real_configs(real_configs, default_targets, path) -> tuple[RealConfig, ...]:
+    if isinstance(real_configs, RealConfig) or not isinstance(real_configs, Sequence) or not real_configs:
+        raise RecipeError(path, "real_configs", f"must be a non-empty list of RealConfig, got {real_configs!r}")
+    frozen = []
+    for real in real_configs:
+        if not isinstance(real, RealConfig):
+            raise RecipeError(path, "real_configs", f"entries must be zoo._recipe.RealConfig, got {real!r}")
+        where = f"real_configs[{real.name!r}]"
+        if not isinstance(real.name, str) or not real.name:
+            raise RecipeError(path, "real_configs", f"a RealConfig needs the bundled config's name, got {real.name!r}")
+        counts = {"text_subgraphs": real.text_subgraphs, "multimodal_subgraphs": real.multimodal_subgraphs,
+                  "image_span": real.image_span, **{f"layers[{k!r}]": v for k, v in dict(real.layers).items()}}
+        bad = {field: value for field, value in counts.items() if not isinstance(value, int) or value <= 0}
+        if bad:
+            raise RecipeError(path, where, f"counts must be positive ints, got {bad}")
+        missing = [target for target in default_targets if target not in real.layers]
+        if missing:
+            raise RecipeError(path, f"{where}.layers", f"gives no count for the default target(s) {missing}")
+        frozen.append(dataclasses.replace(real, layers=dict(real.layers),
+                                          sample_shapes={k: tuple(v) for k, v in dict(real.sample_shapes).items()}))
+    return tuple(frozen)
 
 
 def load_recipe(module_name: str) -> Recipe:

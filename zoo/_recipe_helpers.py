@@ -1,5 +1,24 @@
 """Helpers shared by the zoo recipes' tiny models and sample builders: a recipe keeps its sizes,
-names and token ids, and the part of its sample that is its own model's."""
+names and token ids, and the part of its sample that is its own model's.
+
+Sample conventions every zoo recipe's ``build_sample`` follows (:func:`multimodal_sample_builder`
+applies the shared ones; the tests check all of them against the recipe's ``sample_layout``):
+
+- ``seq_len`` is the *text* length, left padding included and the image spans excluded: each image
+  adds its span to it, so ``input_ids.shape[1] == seq_len + num_images * span``. An image's span is
+  its image tokens plus the markers around them if the model has some
+  (``SampleLayout.span``: Qwen2-VL's ``t*h*w / spatial_merge_size**2`` image tokens between
+  ``vision_start`` and ``vision_end``; Mllama's single ``<|image|>`` token).
+- every row holds ``num_images`` images, at random positions among its text tokens (after the left
+  padding, which only row 0 gets); pixel values are in row-major image order, the order of the
+  image tokens in ``input_ids``.
+- ``image_size`` is the image's pixel size ``(height, width)`` (an int for a square), or a list of
+  those, one per image of a row; which sizes a model takes is its own (``example_image_sizes``).
+- ``generator=None`` uses a fresh generator seeded with 0, so multimodal samples are reproducible.
+- ``multimodal=False`` returns exactly ``patcher.samples.text_sample(config, batch_size=...,
+  seq_len=..., left_padding=..., device=..., generator=...)`` (its own ``generator=None`` rule).
+- ``device="meta"``: built on CPU and moved to ``meta`` (tracing needs shapes, not values).
+"""
 
 from __future__ import annotations
 
@@ -94,7 +113,7 @@ def multimodal_sample_builder(default_image_size: Callable) -> Callable[[ImageIn
     """Decorator: a recipe's ``build_sample`` from the part that is its model's own,
     ``image_inputs(config, sizes, *, batch_size, seq_len, left_padding, generator, dtype) -> dict``
     (``sizes``: one ``(height, width)`` per image of a row). The conventions every zoo recipe shares
-    (``zoo.qwen2_vl.recipe``'s docstring) are applied here: ``multimodal=False`` is
+    (the module docstring) are applied here: ``multimodal=False`` is
     ``patcher.samples.text_sample``; ``generator=None`` is a fresh generator seeded with 0; the counts
     are checked; ``image_size`` (None: ``default_image_size(config)``) becomes ``sizes``; the tensors
     are built on CPU and moved to ``device``. The builder keeps ``image_inputs``' name and docstring."""

@@ -1,9 +1,9 @@
 """``python -m zoo.check [--fix] [ENTRY ...]``: are the committed zoo files fresh?
 
 Regenerates each entry in memory from its recipe with the installed transformers and patcher,
-prints a unified diff for every file that differs from the committed one, and exits 1 if any
-does. ``--fix`` writes the regenerated files instead (atomically). The comparison is
-``patcher.files.stale_files``, the one behind ``patcher patch --check``.
+prints a unified diff for every file that differs from the committed one (README.md's zoo list
+included), and exits 1 if any does. ``--fix`` writes the regenerated files instead (atomically).
+The comparison is ``patcher.files.stale_files``, the one behind ``patcher patch --check``.
 
 When the installed transformers is not the one the committed files were generated for, it says so
 first, once: both versions, and where importing the zoo puts its regenerated modules.
@@ -15,23 +15,30 @@ import argparse
 import sys
 
 from ._entries import ENTRIES
-from ._generate import generate
+from ._generate import generate, shared_files
 
 
 def stale_files(entries) -> list:
-    """``patcher.files.StaleFile`` for every committed file of ``entries`` that is not fresh."""
+    """``patcher.files.StaleFile`` for every committed file of ``entries`` that is not fresh, and
+    for the files every entry is listed in (README.md's zoo list)."""
     from patcher.files import stale_files as stale
 
-    return [file for entry in entries for file in stale(generate(entry).paths())]
+    return [file for entry in entries for file in stale(generate(entry).paths())] + stale(shared_files())
 
 
 def version_note(entries) -> str | None:
     """A line when the installed transformers differs from the committed files' version."""
     from ._loader import committed_manifest, installed_transformers_version, regeneration_dir
 
+    def committed_version(entry: str) -> str | None:
+        try:
+            return committed_manifest(entry)["transformers_version"]
+        except FileNotFoundError:  # a new entry: nothing generated yet, which is what --fix is for
+            return None
+
     installed = installed_transformers_version()
-    moved = {entry: committed_manifest(entry)["transformers_version"] for entry in entries}
-    moved = {entry: version for entry, version in moved.items() if version != installed}
+    committed = {entry: committed_version(entry) for entry in entries}
+    moved = {entry: version for entry, version in committed.items() if version not in (None, installed)}
     if not moved:
         return None
     committed = ", ".join(sorted(set(moved.values())))

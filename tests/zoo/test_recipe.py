@@ -5,6 +5,7 @@ import json
 import shutil
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from zoo._generate import regenerate_command
 from zoo._recipe import Recipe, RecipeError, load_recipe
 
 VALID = """
-from zoo._recipe import Recipe
+from zoo._recipe import RealConfig, Recipe, SampleLayout
 
 def _noop(*args, **kwargs):
     return None
@@ -28,6 +29,10 @@ RECIPE = Recipe(
     default_targets=["LlamaDecoderLayer"],
     default_ignore=["get_image_features"],
     tiny_config=_noop, tiny_model=_noop, build_sample=_noop, example_image_sizes=_noop,
+    sample_layout=SampleLayout(image_token="image_token_index", image_token_count=_noop, pixels="fixed_size"),
+    real_configs=[RealConfig("llava-1.5-7b-hf", text_subgraphs=33, multimodal_subgraphs=33,
+                             layers={"LlamaDecoderLayer": 32}, image_span=576,
+                             sample_shapes={"pixel_values": [4, 3, 336, 336]})],
 )
 """
 
@@ -49,6 +54,10 @@ def test_a_valid_recipe_loads_with_its_path_and_tuples(tmp_path, monkeypatch):
     assert isinstance(loaded, Recipe) and loaded.path == str(path)
     assert loaded.patch_targets == ("LlamaDecoderLayer",) and loaded.patch_ignore == ()
     assert loaded.targets(multimodal=True) == loaded.targets(multimodal=False) == ("LlamaDecoderLayer",)
+    assert loaded.traceable_class == "TraceableLlavaForConditionalGeneration"
+    assert loaded.original_traces == ""
+    (real,) = loaded.real_configs
+    assert real.sample_shapes == {"pixel_values": (4, 3, 336, 336)}  # shapes frozen to tuples
 
 
 @pytest.mark.parametrize("change, field", [
@@ -62,6 +71,12 @@ def test_a_valid_recipe_loads_with_its_path_and_tuples(tmp_path, monkeypatch):
     (("tiny_model=_noop, ", ""), "tiny_model"),  # missing
     (("tiny_model=_noop, ", "tiny_modle=_noop, "), "tiny_modle"),  # misspelt
     (("RECIPE = Recipe(", "OTHER = Recipe("), "RECIPE"),
+    (('pixels="fixed_size"', 'pixels="fixed"'), "sample_layout.pixels"),
+    (('image_token="image_token_index"', 'image_token="image token"'), "sample_layout.image_token"),
+    (("    sample_layout=SampleLayout(", "    sample_layout=dict("), "sample_layout"),
+    (("layers={\"LlamaDecoderLayer\": 32}", "layers={\"LlamaMLP\": 32}"), "real_configs['llava-1.5-7b-hf'].layers"),
+    (("image_span=576", "image_span=0"), "real_configs['llava-1.5-7b-hf']"),
+    (("real_configs=[RealConfig(", "real_configs=[] if True else [RealConfig("), "real_configs"),  # none
 ])
 def test_a_broken_recipe_names_its_file_and_field(tmp_path, monkeypatch, change, field):
     old, new = change
@@ -120,6 +135,20 @@ def test_no_version_note_when_versions_match():
     assert check.version_note(list(ENTRIES)) is None
 
 
+def test_a_new_entry_without_generated_files_gets_no_version_note(monkeypatch):
+    """``check_zoo --fix <new entry>`` must get to generating: its manifest does not exist yet."""
+    from zoo import _loader, check
+
+    def committed_manifest(entry):
+        if entry == "llava":
+            raise FileNotFoundError(f"zoo/{entry}/modeling_{entry}.manifest.json")
+        return {"transformers_version": "5.0.0"}
+
+    monkeypatch.setattr(_loader, "committed_manifest", committed_manifest)
+    note = check.version_note(["llava", "gemma3"])
+    assert note is not None and note.startswith("zoo: gemma3 committed for transformers 5.0.0")
+
+
 def test_patch_check_is_the_zoo_check(tmp_path, capsys):
     """``patcher patch --check`` with the recipe's options agrees with scripts/check_zoo, both ways."""
     from patcher.cli import main
@@ -137,3 +166,39 @@ def test_patch_check_is_the_zoo_check(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "+# an edit" not in captured.out and "-# an edit" in captured.out  # the diff, on disk -> generated
     assert f"regenerate with: {regenerate_command('gemma3')}" in captured.err
+
+
+def test_entries_are_the_folders_with_a_recipe(tmp_path):
+    from zoo._entries import discover_entries
+
+    for folder in ("beta", "alpha", "notes", "__pycache__"):
+        (tmp_path / folder).mkdir()
+    for entry in ("beta", "alpha"):
+        (tmp_path / entry / "recipe.py").write_text("")
+    (tmp_path / "notes" / "README.md").write_text("")
+    (tmp_path / "recipe.py").write_text("")  # a file, not a folder: no entry
+    assert discover_entries(tmp_path, "pkg") == {"alpha": "pkg.alpha.recipe", "beta": "pkg.beta.recipe"}
+    assert set(ENTRIES) == {path.parent.name for path in ZOO_DIR.glob("*/recipe.py")}
+
+
+def test_readme_zoo_list_is_generated_between_its_markers():
+    from zoo._generate import ZOO_LIST_END, ZOO_LIST_START, with_zoo_list
+
+    readme = f"intro\n- zoo:\n  {ZOO_LIST_START}\n  `TraceableGone`\n  {ZOO_LIST_END}\nrest\n"
+    generated = with_zoo_list(readme)
+    assert generated.startswith(f"intro\n- zoo:\n  {ZOO_LIST_START}\n  `")  # the marker's indent kept
+    assert generated.endswith(f"`\n  {ZOO_LIST_END}\nrest\n") and "TraceableGone" not in generated
+    assert all(f"`{recipe(entry).traceable_class}`" in generated for entry in ENTRIES)
+    with pytest.raises(ValueError, match="marker"):
+        with_zoo_list("a README without the markers\n")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_real_configs_are_bundled_with_a_readme_row(entry):
+    import patcher
+
+    configs = Path(patcher.__file__).parent / "configs"
+    table = (configs / "README.md").read_text(encoding="utf-8")
+    for real in recipe(entry).real_configs:
+        assert (configs / f"{real.name}.json").is_file(), real.name
+        assert f"\n| {real.name} |" in table, f"patcher/configs/README.md has no row for {real.name}"

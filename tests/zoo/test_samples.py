@@ -27,29 +27,21 @@ from hypothesis import strategies as st
 
 from patcher.models import build_model, load_config
 from patcher.samples import multimodal_sample, sample_input
+from zoo import _qwen_vl_samples
 from zoo._entries import ENTRIES, recipe
+from zoo._recipe import REAL_SAMPLE
 from zoo.gemma3 import recipe as gemma3
 from zoo.llava import recipe as llava
 from zoo.mllama import recipe as mllama
 from zoo.qwen2_5_vl import recipe as qwen2_5_vl
 from zoo.qwen2_vl import recipe as qwen2_vl
 
-# Every zoo entry, so a new one is checked here from the start (its layout needs its own checks below).
+# Every zoo entry, so a new one is checked here from the start: what is its own (how an image sits
+# in its sample, its real configs and their counts) is read from its recipe.
 RECIPES = {entry: recipe(entry) for entry in ENTRIES}
-#: The recipe modules, for the layout helpers a family has beyond the declared recipe (image grids).
-MODULES = {"gemma3": gemma3, "llava": llava, "mllama": mllama, "qwen2_5_vl": qwen2_5_vl, "qwen2_vl": qwen2_vl}
-QWEN = ("qwen2_vl", "qwen2_5_vl")  # same sample layout: vision_start + image tokens + vision_end
 
-# bundled config name -> (recipe, model class, expected decoder layer counts)
-REAL = {
-    "Qwen2-VL-2B-Instruct": ("qwen2_vl", "Qwen2VLForConditionalGeneration", {"Qwen2VLDecoderLayer": 28}),
-    "Qwen2.5-VL-7B-Instruct": ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration",
-                               {"Qwen2_5_VLDecoderLayer": 28, "Qwen2_5_VLVisionBlock": 32}),
-    "Llama-3.2-11B-Vision-Instruct": ("mllama", "MllamaForConditionalGeneration",
-                                      {"MllamaSelfAttentionDecoderLayer": 32, "MllamaCrossAttentionDecoderLayer": 8}),
-    "llava-1.5-7b-hf": ("llava", "LlavaForConditionalGeneration", {"LlamaDecoderLayer": 32}),
-    "gemma-3-4b-it": ("gemma3", "Gemma3ForConditionalGeneration", {"Gemma3DecoderLayer": 34, "SiglipEncoderLayer": 27}),
-}
+# bundled config name -> (entry, its RealConfig)
+REAL = {real.name: (entry, real) for entry, spec in RECIPES.items() for real in spec.real_configs}
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,18 +50,12 @@ def tiny(name: str, device: str) -> torch.nn.Module:
 
 
 def image_span(name: str, config, size) -> int:
-    """Tokens one image adds to the text."""
-    if name in QWEN:
-        return MODULES[name].image_token_count(config, size) + 2  # vision_start ... vision_end
-    if name == "mllama":
-        return 1
-    if name == "gemma3":
-        return gemma3.image_token_count(config) + 2  # boi ... eoi
-    return llava.image_token_count(config)
+    """Tokens one image adds to the text: its image tokens and the markers around them."""
+    return RECIPES[name].sample_layout.span(config, size)
 
 
 def image_token_id(name: str, config) -> int:
-    return config.image_token_index if name in ("mllama", "llava") else config.image_token_id
+    return RECIPES[name].sample_layout.image_token_id(config)
 
 
 def draw_image_sizes(data, name: str, config, num_images: int):
@@ -91,6 +77,7 @@ def draw_sample_args(data, name: str, config) -> dict:
 
 
 def check_layout(name: str, config, sample: dict, args: dict) -> None:
+    layout = RECIPES[name].sample_layout
     batch_size, seq_len, num_images = args["batch_size"], args["seq_len"], args["num_images"]
     sizes = args["image_size"]
     length = seq_len + sum(image_span(name, config, size) for size in sizes)
@@ -100,48 +87,66 @@ def check_layout(name: str, config, sample: dict, args: dict) -> None:
     expected_mask[0, : args["left_padding"]] = 0
     assert torch.equal(attention_mask.cpu(), expected_mask)
     image_tokens = (input_ids == image_token_id(name, config)).sum(-1)
-    per_row = sum(image_span(name, config, size) - (2 if name in QWEN + ("gemma3",) else 0) for size in sizes)
+    per_row = sum(image_span(name, config, size) - len(layout.marker_ids(config)) for size in sizes)
     assert image_tokens.tolist() == [per_row] * batch_size
     # No image token in the left padding.
     assert not (input_ids[0, : args["left_padding"]] == image_token_id(name, config)).any()
+    if layout.markers:  # one start and one end marker per image
+        start, end = layout.marker_ids(config)
+        starts = (input_ids == start).sum(-1)
+        ends = (input_ids == end).sum(-1)
+        assert starts.tolist() == ends.tolist() == [num_images] * batch_size
+    if layout.token_type_key:
+        assert torch.equal(sample[layout.token_type_key], (input_ids == image_token_id(name, config)).long())
+    CHECK_PIXELS[layout.pixels](config, sample, sizes, batch_size, length)
 
-    if name in QWEN:
-        vision = config.vision_config
-        grids = [MODULES[name].image_grid(config, size) for size in sizes] * batch_size
-        assert sample["image_grid_thw"].tolist() == [list(grid) for grid in grids]
-        patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-        assert sample["pixel_values"].shape == (sum(t * h * w for t, h, w in grids), patch_dim)
-        assert torch.equal(sample["mm_token_type_ids"], (input_ids == config.image_token_id).long())
-        starts = (input_ids == config.vision_start_token_id).sum(-1)
-        ends = (input_ids == config.vision_end_token_id).sum(-1)
-        assert starts.tolist() == ends.tolist() == [num_images] * batch_size
-    elif name == "mllama":
-        vision = config.vision_config
-        tiles = vision.max_num_tiles
-        assert sample["pixel_values"].shape == (batch_size, num_images, tiles, vision.num_channels,
-                                                vision.image_size, vision.image_size)
-        counts = [(h // vision.image_size) * (w // vision.image_size) for h, w in sizes]
-        assert sample["aspect_ratio_ids"].tolist() == [[mllama.aspect_ratio_id(config, s) for s in sizes]] * batch_size
-        assert sample["aspect_ratio_mask"].tolist() == [[[1] * c + [0] * (tiles - c) for c in counts]] * batch_size
-        mask = sample["cross_attention_mask"]
-        assert mask.shape == (batch_size, length, num_images, tiles)
-        for row in range(batch_size):
-            positions = (input_ids[row] == config.image_token_index).nonzero().flatten().tolist()
-            assert not mask[row, : positions[0]].any()  # text before the first image sees none
-            for index, position in enumerate(positions):  # an image token sees its own image's tiles
-                assert mask[row, position, index].tolist() == [1] * counts[index] + [0] * (tiles - counts[index])
-            assert mask[row, -1, -1, : counts[-1]].all()  # the last image is seen to the end
-            for index, count in enumerate(counts):  # padding tiles are never attended
-                assert not mask[row, :, index, count:].any()
-    else:
-        vision = config.vision_config
-        assert sample["pixel_values"].shape == (batch_size * num_images, vision.num_channels,
-                                                vision.image_size, vision.image_size)
-    if name == "gemma3":
-        assert torch.equal(sample["token_type_ids"], (input_ids == config.image_token_id).long())
-        starts = (input_ids == config.boi_token_index).sum(-1)
-        ends = (input_ids == config.eoi_token_index).sum(-1)
-        assert starts.tolist() == ends.tolist() == [num_images] * batch_size
+
+def check_patch_grid(config, sample, sizes, batch_size, length):
+    """Qwen VL: flattened patches of every image, in order, and their ``image_grid_thw``."""
+    vision = config.vision_config
+    grids = [_qwen_vl_samples.image_grid(config, size) for size in sizes] * batch_size
+    assert sample["image_grid_thw"].tolist() == [list(grid) for grid in grids]
+    patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    assert sample["pixel_values"].shape == (sum(t * h * w for t, h, w in grids), patch_dim)
+
+
+def check_tiles(config, sample, sizes, batch_size, length):
+    """Mllama: tiles padded to ``max_num_tiles``, aspect ratios, and the cross-attention mask."""
+    vision = config.vision_config
+    tiles, num_images = vision.max_num_tiles, len(sizes)
+    input_ids = sample["input_ids"]
+    assert sample["pixel_values"].shape == (batch_size, num_images, tiles, vision.num_channels,
+                                            vision.image_size, vision.image_size)
+    counts = [(h // vision.image_size) * (w // vision.image_size) for h, w in sizes]
+    assert sample["aspect_ratio_ids"].tolist() == [[mllama.aspect_ratio_id(config, s) for s in sizes]] * batch_size
+    assert sample["aspect_ratio_mask"].tolist() == [[[1] * c + [0] * (tiles - c) for c in counts]] * batch_size
+    mask = sample["cross_attention_mask"]
+    assert mask.shape == (batch_size, length, num_images, tiles)
+    for row in range(batch_size):
+        positions = (input_ids[row] == config.image_token_index).nonzero().flatten().tolist()
+        assert not mask[row, : positions[0]].any()  # text before the first image sees none
+        for index, position in enumerate(positions):  # an image token sees its own image's tiles
+            assert mask[row, position, index].tolist() == [1] * counts[index] + [0] * (tiles - counts[index])
+        assert mask[row, -1, -1, : counts[-1]].all()  # the last image is seen to the end
+        for index, count in enumerate(counts):  # padding tiles are never attended
+            assert not mask[row, :, index, count:].any()
+
+
+def check_fixed_size(config, sample, sizes, batch_size, length):
+    """A fixed-size tower (CLIP, SigLIP): one ``(C, S, S)`` image per image, in row-major order."""
+    vision = config.vision_config
+    assert sample["pixel_values"].shape == (batch_size * len(sizes), vision.num_channels,
+                                            vision.image_size, vision.image_size)
+
+
+#: ``SampleLayout.pixels`` -> the checks of that pixel layout (one per ``zoo._recipe.PIXEL_LAYOUTS``).
+CHECK_PIXELS = {"patch_grid": check_patch_grid, "tiles": check_tiles, "fixed_size": check_fixed_size}
+
+
+def test_every_pixel_layout_is_checked():
+    from zoo._recipe import PIXEL_LAYOUTS
+
+    assert set(CHECK_PIXELS) == set(PIXEL_LAYOUTS)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -168,7 +173,7 @@ def test_eager_model_runs_on_sample_and_sees_the_image(name, device, data):
         first = int((sample["input_ids"][row] == image_token).nonzero()[0])
         # Every token from the first image token on depends on the image.
         assert (changed[row, first:] > 1e-6).all(), changed[row]
-        if name != "mllama":
+        if not RECIPES[name].sample_layout.image_reaches_earlier_text:
             # Causal: text before the first image does not. (Mllama's text tokens before their image
             # still cross-attend: transformers' row mask only zeroes the gated MLP, not attention.)
             assert (changed[row, :first] == 0).all(), changed[row]
@@ -226,15 +231,15 @@ def test_bad_arguments_are_refused():
 
 @pytest.mark.parametrize("config_name", sorted(REAL))
 def test_real_config_builds_on_meta_with_its_layers(config_name):
-    name, class_name, expected = REAL[config_name]
+    name, real = REAL[config_name]
     config = load_config(config_name)
-    assert config.model_type == name
-    model = build_model(getattr(transformers, class_name), config, "meta")
+    assert config.model_type == RECIPES[name].model_type == name
+    model = build_model(getattr(transformers, RECIPES[name].model_class), config, "meta")
     counts = collections.Counter(type(module).__name__ for module in model.modules())
-    assert {layer: counts[layer] for layer in expected} == expected
+    assert {layer: counts[layer] for layer in real.layers} == real.layers
     targets = RECIPES[name].default_targets
-    layers = {"qwen2_vl": 28, "qwen2_5_vl": 28, "mllama": 32, "llava": 32, "gemma3": 34}[name]
-    assert sum(counts[target] for target in targets) == layers
+    # One text subgraph per default target, plus the one before the first (`patcher trace`'s count).
+    assert sum(counts[target] for target in targets) == real.text_subgraphs - 1
     modeling = sys.modules[type(model).__module__]
     for entry in RECIPES[name].default_ignore:  # entries name real modules, methods or functions
         if entry.startswith("re:"):
@@ -245,24 +250,12 @@ def test_real_config_builds_on_meta_with_its_layers(config_name):
 
 @pytest.mark.parametrize("config_name", sorted(REAL))
 def test_real_config_sample_on_meta(config_name):
-    name, _, _ = REAL[config_name]
+    _, real = REAL[config_name]
     config = load_config(config_name)
-    sample = multimodal_sample(config, batch_size=2, seq_len=8, num_images=2, left_padding=3, device="meta")
+    sample = multimodal_sample(config, device="meta", **REAL_SAMPLE)
     assert all(value.device.type == "meta" for value in sample.values())
-    per_image = {
-        "qwen2_vl": 3 * 2 + 2,  # default 56 x 84 px: 4 x 6 patches of 14, merged 2 x 2 -> 6, + 2 markers
-        "qwen2_5_vl": 3 * 2 + 2,  # the same
-        "mllama": 1,
-        "llava": 576,  # (336 / 14)**2, CLS dropped ("default" strategy)
-        "gemma3": 256 + 2,  # 64 x 64 SigLIP patches of 14 px at 896 pooled to 16 x 16, + boi, eoi
-    }[name]
-    assert sample["input_ids"].shape == (2, 8 + 2 * per_image)
-    if name == "mllama":
-        assert sample["pixel_values"].shape == (2, 2, 4, 3, 560, 560)
-        assert sample["cross_attention_mask"].shape == (2, 10, 2, 4)
-    elif name == "llava":
-        assert sample["pixel_values"].shape == (4, 3, 336, 336)
-    elif name == "gemma3":
-        assert sample["pixel_values"].shape == (4, 3, 896, 896)
-    else:
-        assert sample["pixel_values"].shape == (4 * 24, 3 * 2 * 14 * 14)
+    batch_size, seq_len, num_images = REAL_SAMPLE["batch_size"], REAL_SAMPLE["seq_len"], REAL_SAMPLE["num_images"]
+    assert sample["input_ids"].shape == (batch_size, seq_len + num_images * real.image_span)
+    assert "pixel_values" in real.sample_shapes
+    for key, shape in real.sample_shapes.items():
+        assert sample[key].shape == shape, key

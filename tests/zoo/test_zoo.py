@@ -14,18 +14,8 @@ from patcher.models import build_model, load_config
 from patcher.verify import EXACT, assert_equivalent, tolerance
 from zoo._entries import ENTRIES, recipe
 
-TRACEABLE = {
-    "qwen2_vl": "TraceableQwen2VLForConditionalGeneration",
-    "qwen2_5_vl": "TraceableQwen2_5_VLForConditionalGeneration",
-    "mllama": "TraceableMllamaForConditionalGeneration",
-    "llava": "TraceableLlavaForConditionalGeneration",
-    "gemma3": "TraceableGemma3ForConditionalGeneration",
-}
-
-#: Entries whose original class traces too, and why (the zoo class must then trace the same way).
-ORIGINAL_TRACES = {
-    "gemma3": "its only blocker was create_masks_for_vision_model, which the tracer keeps opaque by default",
-}
+def traceable_class(entry):
+    return getattr(zoo, recipe(entry).traceable_class)
 
 
 def ignore_for(entry):
@@ -46,7 +36,7 @@ def models(entry, device="cpu"):
     if key not in _MODELS:
         spec = recipe(entry)
         original = spec.tiny_model().to(device)
-        traceable = spec.tiny_model(model_class=getattr(zoo, TRACEABLE[entry])).to(device)
+        traceable = spec.tiny_model(model_class=traceable_class(entry)).to(device)
         traceable.load_state_dict(original.state_dict())
         _MODELS[key] = original, traceable
     return _MODELS[key]
@@ -107,7 +97,7 @@ def test_original_fails_to_trace_multimodal_and_traceable_passes(entry):
     original, traceable = models(entry)
     sample = spec.build_sample(original.config, batch_size=1, seq_len=4, num_images=1)
     expected = 1 + sum(type(module).__name__ in spec.default_targets for module in original.modules())
-    if entry in ORIGINAL_TRACES:
+    if spec.original_traces:  # the recipe says why; the zoo class must then trace the same way
         assert len(trace_subgraphs(original, sample, spec.default_targets, ignore=DEFAULT_IGNORE)) == expected
     else:
         with pytest.raises(UntraceableCodeError):
@@ -132,25 +122,33 @@ def test_drop_in_checkpoints_load_both_ways(entry, tmp_path):
             torch.testing.assert_close(state[key], value, rtol=0, atol=0)
 
 
-REAL = [
-    ("qwen2_vl", "Qwen2-VL-2B-Instruct", ["Qwen2VLDecoderLayer"], 29, 29),
-    ("qwen2_5_vl", "Qwen2.5-VL-7B-Instruct", ["Qwen2_5_VLDecoderLayer"], 29, 29),
-    ("mllama", "Llama-3.2-11B-Vision-Instruct", ["MllamaSelfAttentionDecoderLayer"], 33, 33),
-    ("mllama", "Llama-3.2-11B-Vision-Instruct", ["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"],
-     33, 41),
-    ("llava", "llava-1.5-7b-hf", ["LlamaDecoderLayer"], 33, 33),
-    ("gemma3", "gemma-3-4b-it", ["Gemma3DecoderLayer"], 35, 35),
-]
+def real_trace_rows():
+    """``(entry, config name, targets, text count, multimodal count)`` from the recipes' real
+    configs: the counts ``patcher trace`` gives with the recipe's targets. A recipe with
+    ``multimodal_targets`` (Mllama's cross-attention layers) gets a row for its default targets
+    too, which give the text count with or without an image (the layers they cut at always run)."""
+    for entry in sorted(ENTRIES):
+        spec = recipe(entry)
+        for real in spec.real_configs:
+            if spec.multimodal_targets:
+                yield entry, real.name, list(spec.default_targets), real.text_subgraphs, real.text_subgraphs
+            yield entry, real.name, list(spec.targets(multimodal=True)), real.text_subgraphs, real.multimodal_subgraphs
+
+
+REAL = list(real_trace_rows())
 
 
 def test_every_entry_has_a_real_config_and_a_traceable_class():
-    assert {row[0] for row in REAL} == set(ENTRIES) == set(TRACEABLE)
+    assert {row[0] for row in REAL} == set(ENTRIES)
+    for entry in ENTRIES:
+        assert recipe(entry).traceable_class in zoo.__all__
+        assert traceable_class(entry).__name__ == recipe(entry).model_class
 
 
 @pytest.mark.parametrize("entry, config_name, targets, text_count, multimodal_count", REAL)
 def test_real_configs_on_meta(entry, config_name, targets, text_count, multimodal_count):
     config = load_config(config_name)
-    model = build_model(getattr(zoo, TRACEABLE[entry]), config, device="meta")
+    model = build_model(traceable_class(entry), config, device="meta")
     for multimodal, expected in ((False, text_count), (True, multimodal_count)):
         sample = recipe(entry).build_sample(config, device="meta", multimodal=multimodal)
         assert len(trace_subgraphs(model, sample, targets, ignore=ignore_for(entry))) == expected
@@ -218,7 +216,7 @@ def test_equal_on_gpu(entry, multimodal, dtype):
         pytest.skip("no CUDA device")
     spec = recipe(entry)
     original = spec.tiny_model(dtype=dtype).to("cuda")
-    traceable = spec.tiny_model(dtype=dtype, model_class=getattr(zoo, TRACEABLE[entry])).to("cuda")
+    traceable = spec.tiny_model(dtype=dtype, model_class=traceable_class(entry)).to("cuda")
     traceable.load_state_dict(original.state_dict())
     targets = targets_for(entry, multimodal)
     # Traced on the meta device, run on the GPU: nothing device-specific may be baked in. The dtype

@@ -14,14 +14,18 @@ subgraph per decoder layer, and to test that:
   ``pixel_values`` ``(batch_size * num_images, C, S, S)`` (SigLIP has a fixed input size ``S``).
   Registered for ``model_type == "gemma3"``.
 - :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
-  from, what to cut at and what to keep opaque.
+  from, what to cut at and what to keep opaque, how a sample lays out an image, and the real
+  config it is traced on.
 
-Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's span is
-``mm_tokens_per_image + 2`` tokens, so ``input_ids.shape[1] == seq_len + num_images * span``;
-``image_size`` may only repeat the config's size.
+The sample conventions every zoo recipe follows are in ``zoo._recipe_helpers``. Here an image's
+span is ``mm_tokens_per_image + 2`` tokens, so ``input_ids.shape[1] == seq_len + num_images *
+span``; ``image_size`` may only repeat the config's size. The sample is built by the fixed-size
+family's ``zoo._fixed_size_samples.image_inputs`` from :data:`SAMPLE_LAYOUT`, as Llava's is.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from transformers import Gemma3Config
 
@@ -29,11 +33,10 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _fixed_size_samples as _fixed_size
 from .._fixed_size_samples import default_image_size, example_image_sizes
-from .._recipe import Recipe
+from .._recipe import RealConfig, Recipe, SampleLayout
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
-from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "gemma3"
 MODEL_CLASS = "Gemma3ForConditionalGeneration"
@@ -74,10 +77,21 @@ def tiny_config(**overrides) -> Gemma3Config:
 tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 
-def image_token_count(config: Gemma3Config) -> int:
+_TOWER = "Gemma3's SigLIP tower"
+
+
+def image_token_count(config: Gemma3Config, image_size: int | Sequence[int] | None = None) -> int:
     """Image tokens per image: the projector pools SigLIP's patch grid to ``mm_tokens_per_image``
-    (256 for gemma-3 at 896/14)."""
+    (256 for gemma-3 at 896/14). ``image_size``, if given, must be the tower's."""
+    _fixed_size.check_size(config, image_size, _TOWER)
     return config.mm_tokens_per_image
+
+
+#: One image: ``boi`` + :func:`image_token_count` image tokens + ``eoi``; ``token_type_ids`` is 1 on
+#: the image tokens (the processor returns it, and the model lets the tokens of one image attend to
+#: each other bidirectionally).
+SAMPLE_LAYOUT = SampleLayout(image_token="image_token_id", image_token_count=image_token_count, pixels="fixed_size",
+                             markers=("boi_token_index", "eoi_token_index"), token_type_key="token_type_ids")
 
 
 @register_multimodal_sample(MODEL_TYPE)
@@ -87,17 +101,8 @@ def build_sample(config: Gemma3Config, sizes, *, batch_size, seq_len, left_paddi
     ``token_type_ids`` ``(B, L)`` with ``L = seq_len + num_images * (image_token_count(config) + 2)``,
     and ``pixel_values`` ``(batch_size * num_images, C, S, S)`` in row-major image order.
     ``image_size`` must be ``S``. ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    _fixed_size.check_sizes(config, sizes, "Gemma3's SigLIP tower")
-    span = [config.boi_token_index] + [config.image_token_id] * image_token_count(config) + [config.eoi_token_index]
-    special = [config.boi_token_index, config.eoi_token_index, config.image_token_id]
-    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, [span] * len(sizes), left_padding,
-                                            special, generator)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "token_type_ids": (input_ids == config.image_token_id).long(),
-        "pixel_values": _fixed_size.pixel_values(config, batch_size, len(sizes), generator, dtype),
-    }
+    return _fixed_size.image_inputs(config, sizes, SAMPLE_LAYOUT, _TOWER, batch_size=batch_size, seq_len=seq_len,
+                                    left_padding=left_padding, generator=generator, dtype=dtype)
 
 
 RECIPE = Recipe(
@@ -127,4 +132,14 @@ RECIPE = Recipe(
     tiny_model=tiny_model,
     build_sample=build_sample,
     example_image_sizes=example_image_sizes,
+    sample_layout=SAMPLE_LAYOUT,
+    real_configs=[
+        RealConfig(
+            "gemma-3-4b-it", text_subgraphs=35, multimodal_subgraphs=35,
+            layers={"Gemma3DecoderLayer": 34, "SiglipEncoderLayer": 27},
+            image_span=256 + 2,  # 64 x 64 SigLIP patches of 14 px at 896 pooled to 16 x 16, + boi, eoi
+            sample_shapes={"pixel_values": (4, 3, 896, 896)},
+        ),
+    ],
+    original_traces="its only blocker was create_masks_for_vision_model, which the tracer keeps opaque by default",
 )

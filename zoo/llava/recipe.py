@@ -12,14 +12,19 @@ and to test that:
   vision_config.image_size``: CLIP has a fixed input size). Registered for ``model_type ==
   "llava"``.
 - :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
-  from, what to cut at and what to keep opaque.
+  from, what to cut at and what to keep opaque, how a sample lays out an image, and the real
+  config it is traced on.
 
-Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here an image's
+The sample conventions every zoo recipe follows are in ``zoo._recipe_helpers``. Here an image's
 span is its run of image tokens, so ``input_ids.shape[1] == seq_len + num_images *
-image_token_count(config)``; ``image_size`` may only repeat the config's size.
+image_token_count(config)``; ``image_size`` may only repeat the config's size. The sample is
+built by the fixed-size family's ``zoo._fixed_size_samples.image_inputs`` from
+:data:`SAMPLE_LAYOUT`, as Gemma3's is.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from transformers import LlavaConfig
 
@@ -27,11 +32,10 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _fixed_size_samples as _fixed_size
 from .._fixed_size_samples import default_image_size, example_image_sizes
-from .._recipe import Recipe
+from .._recipe import RealConfig, Recipe, SampleLayout
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
-from .._recipe_helpers import token_rows as _token_rows
 
 MODEL_TYPE = "llava"
 MODEL_CLASS = "LlavaForConditionalGeneration"
@@ -74,13 +78,22 @@ def tiny_config(**overrides) -> LlavaConfig:
 tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 
 
-def image_token_count(config: LlavaConfig) -> int:
+_TOWER = "Llava's CLIP tower"
+
+
+def image_token_count(config: LlavaConfig, image_size: int | Sequence[int] | None = None) -> int:
     """Image tokens per image: CLIP yields ``(image_size / patch_size)**2`` patch states plus CLS;
     ``LlavaModel.get_image_features`` drops CLS (``[:, 1:]``) for ``vision_feature_select_strategy
-    == "default"`` and keeps it for ``"full"`` (576 for llava-1.5 at 336/14)."""
+    == "default"`` and keeps it for ``"full"`` (576 for llava-1.5 at 336/14). ``image_size``, if
+    given, must be the tower's."""
+    _fixed_size.check_size(config, image_size, _TOWER)
     vision = config.vision_config
     patches = (vision.image_size // vision.patch_size) ** 2
     return patches + (1 if config.vision_feature_select_strategy == "full" else 0)
+
+
+#: One image: :func:`image_token_count` ``image_token_index`` tokens, no markers.
+SAMPLE_LAYOUT = SampleLayout(image_token="image_token_index", image_token_count=image_token_count, pixels="fixed_size")
 
 
 @register_multimodal_sample(MODEL_TYPE)
@@ -90,12 +103,8 @@ def build_sample(config: LlavaConfig, sizes, *, batch_size, seq_len, left_paddin
     with ``L = seq_len + num_images * image_token_count(config)``, and ``pixel_values``
     ``(batch_size * num_images, C, S, S)`` in row-major image order. ``image_size`` must be ``S``
     (CLIP checks it). ``multimodal=False``: a text-only sample of length ``seq_len``."""
-    _fixed_size.check_sizes(config, sizes, "Llava's CLIP tower")
-    spans = [[config.image_token_index] * image_token_count(config)] * len(sizes)
-    input_ids, attention_mask = _token_rows(config, batch_size, seq_len, spans, left_padding,
-                                            [config.image_token_index], generator)
-    pixel_values = _fixed_size.pixel_values(config, batch_size, len(sizes), generator, dtype)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values}
+    return _fixed_size.image_inputs(config, sizes, SAMPLE_LAYOUT, _TOWER, batch_size=batch_size, seq_len=seq_len,
+                                    left_padding=left_padding, generator=generator, dtype=dtype)
 
 
 RECIPE = Recipe(
@@ -124,4 +133,13 @@ RECIPE = Recipe(
     tiny_model=tiny_model,
     build_sample=build_sample,
     example_image_sizes=example_image_sizes,
+    sample_layout=SAMPLE_LAYOUT,
+    real_configs=[
+        RealConfig(
+            "llava-1.5-7b-hf", text_subgraphs=33, multimodal_subgraphs=33,
+            layers={"LlamaDecoderLayer": 32},
+            image_span=576,  # (336 / 14)**2, CLS dropped ("default" strategy)
+            sample_shapes={"pixel_values": (4, 3, 336, 336)},
+        ),
+    ],
 )

@@ -19,11 +19,12 @@ layer, and to test that:
   to that image's valid tiles, up to the next image token; consecutive image tokens share the rest
   of the text). Registered for ``model_type == "mllama"``.
 - :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
-  from, what to cut at and what to keep opaque. The cross-attention layers are an opt-in target
+  from, what to cut at and what to keep opaque, how a sample lays out an image, and the real
+  config it is traced on. The cross-attention layers are an opt-in target
   (:data:`CROSS_ATTENTION_TARGETS`, in ``RECIPE.multimodal_targets``): they are skipped on
   text-only inputs, so a text-only calibration never reaches them.
 
-Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``. Here: an image's
+The sample conventions every zoo recipe follows are in ``zoo._recipe_helpers``. Here: an image's
 span is its single ``<|image|>`` token, so ``input_ids.shape[1] == seq_len + num_images``, and
 ``image_size`` ``(height, width)`` must be a whole number of tiles (``vision_config.image_size``)
 each way, ``(rows * tile, cols * tile)`` with ``[rows, cols]`` one of the config's
@@ -44,7 +45,7 @@ from transformers.models.mllama.processing_mllama import (
 
 from patcher.samples import register_multimodal_sample
 
-from .._recipe import Recipe
+from .._recipe import RealConfig, Recipe, SampleLayout
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import pair as _pair
@@ -146,6 +147,11 @@ def default_image_size(config: MllamaConfig) -> tuple[int, int]:
     return tile, 2 * tile
 
 
+#: One ``<|image|>`` token per image, tiles, and text that cross-attends to the image.
+SAMPLE_LAYOUT = SampleLayout(image_token="image_token_index", image_token_count=image_token_count, pixels="tiles",
+                             image_reaches_earlier_text=True)
+
+
 @register_multimodal_sample(MODEL_TYPE)
 @_multimodal_sample_builder(default_image_size)
 def build_sample(config: MllamaConfig, sizes, *, batch_size, seq_len, left_padding, generator, dtype):
@@ -215,4 +221,15 @@ RECIPE = Recipe(
     tiny_model=tiny_model,
     build_sample=build_sample,
     example_image_sizes=example_image_sizes,
+    sample_layout=SAMPLE_LAYOUT,
+    real_configs=[
+        RealConfig(
+            # --multimodal cuts at the 8 cross-attention layers too; without an image they do not run.
+            "Llama-3.2-11B-Vision-Instruct", text_subgraphs=33, multimodal_subgraphs=41,
+            layers={"MllamaSelfAttentionDecoderLayer": 32, "MllamaCrossAttentionDecoderLayer": 8},
+            image_span=1,
+            # Default image: 1 x 2 tiles of 560 px, padded to max_num_tiles = 4; the mask is (B, L, images, tiles).
+            sample_shapes={"pixel_values": (2, 2, 4, 3, 560, 560), "cross_attention_mask": (2, 8 + 2, 2, 4)},
+        ),
+    ],
 )

@@ -6,20 +6,15 @@ layer, and to test that:
 - :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (vision tower
   with windowed and full-attention blocks, patch merger, M-RoPE) whose forward takes milliseconds,
   with no dead path (every all-zero parameter is woken).
-- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
-  ``input_ids`` with ``<|vision_start|>`` + one ``image_token_id`` per merged patch +
-  ``<|vision_end|>`` per image, ``attention_mask``, ``mm_token_type_ids`` (required by
-  transformers 5 whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and
-  ``image_grid_thw``. Registered for ``model_type == "qwen2_5_vl"`` so
-  ``patcher.samples.multimodal_sample`` finds it. Images only: no video, so no
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download), in
+  the Qwen VL family's layout (``zoo._qwen_vl_samples``). Registered for ``model_type ==
+  "qwen2_5_vl"`` so ``patcher.samples.multimodal_sample`` finds it. Images only: no video, so no
   ``second_per_grid_ts``.
 - :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
-  from, what to cut at and what to keep opaque.
+  from, what to cut at and what to keep opaque, how a sample lays out an image, and the real
+  config it is traced on.
 
-Sample conventions shared by the zoo recipes: see ``zoo.qwen2_vl.recipe``; the layout is Qwen2-VL's.
-``seq_len`` is the text length, each image adds ``t*h*w / spatial_merge_size**2`` image tokens plus
-the two ``vision_start`` / ``vision_end`` markers, and ``image_size`` is any ``(height, width)`` (or
-int, or one per image of a row) that is a multiple of ``patch_size * spatial_merge_size``.
+The sample conventions every zoo recipe follows are in ``zoo._recipe_helpers``.
 
 Unlike Qwen2-VL, the vision tower attends within windows of ``window_size`` pixels
 (``window_size // (patch_size * spatial_merge_size)`` merged patches a side) except in the blocks
@@ -38,7 +33,7 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _qwen_vl_samples as _qwen_vl
 from .._qwen_vl_samples import default_image_size, example_image_sizes, image_grid, image_token_count  # noqa: F401
-from .._recipe import Recipe
+from .._recipe import Recipe, RealConfig
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 
 MODEL_TYPE = "qwen2_5_vl"
@@ -50,8 +45,7 @@ MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
 #: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
 #: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["Qwen2_5_VLVisionBlock"]
-#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
-VISION_IGNORE: list[str] = []
+VISION_IGNORE = _qwen_vl.VISION_IGNORE  # none beyond the defaults
 
 # Tiny sizes: hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 28/4), M-RoPE sections
 # summing to head_dim / 2 like the real [16, 24, 24] over 128; vision patches of 4 px, a tower of
@@ -97,22 +91,20 @@ RECIPE = Recipe(
     patch_targets=["Qwen2_5_VLDecoderLayer"],
     # One subgraph per text decoder layer.
     default_targets=["Qwen2_5_VLDecoderLayer"],
-    # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-    # builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
-    # call anyway; naming it keeps it opaque whatever the targets (its window index is built from
-    # ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged patches
-    # per image with ``.tolist()`` split sizes (the number of chunks depends on the input): traced
-    # through, the chunk count would be baked.
-    default_ignore=[
-        "re:model\\.visual",
-        "get_rope_index",
-        "get_image_features",
-        "get_video_features",
-    ],
+    default_ignore=_qwen_vl.DEFAULT_IGNORE,  # the family's (zoo/_qwen_vl_samples.py says why)
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,
     tiny_model=tiny_model,
     build_sample=build_sample,
     example_image_sizes=example_image_sizes,
+    sample_layout=_qwen_vl.SAMPLE_LAYOUT,
+    real_configs=[
+        RealConfig(
+            "Qwen2.5-VL-7B-Instruct", text_subgraphs=29, multimodal_subgraphs=29,
+            layers={"Qwen2_5_VLDecoderLayer": 28, "Qwen2_5_VLVisionBlock": 32},
+            image_span=3 * 2 + 2,  # as Qwen2-VL: the same patch size and merge
+            sample_shapes={"pixel_values": (4 * 24, 3 * 2 * 14 * 14)},
+        ),
+    ],
 )

@@ -6,31 +6,14 @@ layer, and to test that:
 - :func:`tiny_config` / :func:`tiny_model`: a tiny random model of the real classes (vision tower,
   patch merger, M-RoPE) whose forward takes milliseconds, with no dead path (every all-zero
   parameter is woken).
-- :func:`build_sample`: valid model inputs built from a config alone (no processor download):
-  ``input_ids`` with ``<|vision_start|>`` + one ``image_token_id`` per merged patch +
-  ``<|vision_end|>`` per image, ``attention_mask``, ``mm_token_type_ids`` (required by
-  transformers 5 whenever ``image_grid_thw`` is given), flattened-patch ``pixel_values`` and
-  ``image_grid_thw``. Registered for ``model_type == "qwen2_vl"`` so
-  ``patcher.samples.multimodal_sample`` finds it.
+- :func:`build_sample`: valid model inputs built from a config alone (no processor download), in
+  the Qwen VL family's layout (``zoo._qwen_vl_samples``). Registered for ``model_type ==
+  "qwen2_vl"`` so ``patcher.samples.multimodal_sample`` finds it.
 - :data:`RECIPE`: the declaration the zoo reads (``zoo._recipe.Recipe``): what to generate
-  from, what to cut at and what to keep opaque.
+  from, what to cut at and what to keep opaque, how a sample lays out an image, and the real
+  config it is traced on.
 
-Sample conventions shared by all zoo recipes:
-
-- ``seq_len`` is the *text* length, left padding included and the image spans excluded: each image
-  adds its span to it, so ``input_ids.shape[1] == seq_len + num_images * span``. For Qwen2-VL the
-  span of an image of ``t x h x w`` patches is ``t*h*w / spatial_merge_size**2`` image tokens plus
-  the two ``vision_start`` / ``vision_end`` markers.
-- every row holds ``num_images`` images, at random positions among its text tokens (after the left
-  padding, which only row 0 gets); pixel values are in row-major image order, the order of the
-  image tokens in ``input_ids``.
-- ``image_size`` is the image's pixel size ``(height, width)`` (an int for a square), or a list of
-  those, one per image of a row; Qwen2-VL takes any size that is a multiple of
-  ``patch_size * spatial_merge_size`` (the processor's resized sizes are).
-- ``generator=None`` uses a fresh generator seeded with 0, so multimodal samples are reproducible.
-- ``multimodal=False`` returns exactly ``patcher.samples.text_sample(config, batch_size=...,
-  seq_len=..., left_padding=..., device=..., generator=...)`` (its own ``generator=None`` rule).
-- ``device="meta"``: built on CPU and moved to ``meta`` (tracing needs shapes, not values).
+The sample conventions every zoo recipe follows are in ``zoo._recipe_helpers``.
 """
 
 from __future__ import annotations
@@ -41,7 +24,7 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _qwen_vl_samples as _qwen_vl
 from .._qwen_vl_samples import default_image_size, example_image_sizes, image_grid, image_token_count  # noqa: F401
-from .._recipe import Recipe
+from .._recipe import Recipe, RealConfig
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 
 MODEL_TYPE = "qwen2_vl"
@@ -52,8 +35,7 @@ MODEL_CLASS = "Qwen2VLForConditionalGeneration"
 #: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
 #: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["Qwen2VLVisionBlock"]
-#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
-VISION_IGNORE: list[str] = []
+VISION_IGNORE = _qwen_vl.VISION_IGNORE  # none beyond the defaults
 
 # Tiny sizes: hidden 32 with 4 heads of 8 (2 kv heads, GQA like the real 12/2), M-RoPE sections
 # summing to head_dim / 2 like the real [16, 24, 24] over 128; vision patches of 4 px.
@@ -96,21 +78,22 @@ RECIPE = Recipe(
     patch_targets=["Qwen2VLDecoderLayer"],
     # One subgraph per text decoder layer.
     default_targets=["Qwen2VLDecoderLayer"],
-    # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-    # builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
-    # call anyway; naming it keeps it opaque whatever the targets. ``get_image_features`` /
-    # ``get_video_features`` split the merged patches per image with ``.tolist()`` split sizes (the
-    # number of chunks depends on the input): traced through, the chunk count would be baked.
-    default_ignore=[
-        "re:model\\.visual",
-        "get_rope_index",
-        "get_image_features",
-        "get_video_features",
-    ],
+    default_ignore=_qwen_vl.DEFAULT_IGNORE,  # the family's (zoo/_qwen_vl_samples.py says why)
     vision_targets=VISION_TARGETS,
     vision_ignore=VISION_IGNORE,
     tiny_config=tiny_config,
     tiny_model=tiny_model,
     build_sample=build_sample,
     example_image_sizes=example_image_sizes,
+    sample_layout=_qwen_vl.SAMPLE_LAYOUT,
+    real_configs=[
+        RealConfig(
+            "Qwen2-VL-2B-Instruct", text_subgraphs=29, multimodal_subgraphs=29,
+            layers={"Qwen2VLDecoderLayer": 28},
+            # The default 56 x 84 px image: 4 x 6 patches of 14, merged 2 x 2 -> 6 tokens, + 2 markers.
+            image_span=3 * 2 + 2,
+            # 4 images of 24 patches, each 3 channels x 2 frames x 14 x 14 px.
+            sample_shapes={"pixel_values": (4 * 24, 3 * 2 * 14 * 14)},
+        ),
+    ],
 )
