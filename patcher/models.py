@@ -438,4 +438,35 @@ def build_model(model_class: type, config: PretrainedConfig, device: str | torch
     return model.eval()
 
 
-__all__ = ["UserInputError", "build_model", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]
+def random_model(model_class: type, config: PretrainedConfig, seed: int = 0, dtype=None):
+    """A random ``model_class`` on the CPU in eval mode, the same for the same seed: seeded, built,
+    every all-zero parameter woken (:func:`wake_zero_parameters`), in ``dtype`` (default float32).
+    Any class with the same module structure (an original and its traceable class) gets the same
+    weights. The tiny models of the coverage sweep, the zoo and the tests are made this way."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = build_model(model_class, config, device="cpu")
+    wake_zero_parameters(model, seed)
+    return model.to(dtype or torch.float32).eval()
+
+
+def wake_zero_parameters(model, seed: int) -> None:
+    """Give every all-zero float parameter a random value, so no path is dead (a dead path hides
+    graph mistakes). Biases and norm shifts get small values; scalar gates (e.g. Mllama's tanh
+    gates) get a clear opening, tanh(0.5..1) ~ 0.46..0.76: with ``0.02 * randn`` they would pass
+    ~1% of the image's contribution."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() and parameter.is_floating_point() and not parameter.any():
+                if parameter.numel() == 1:
+                    value = 0.5 + 0.5 * torch.rand(parameter.shape, generator=generator)
+                else:
+                    value = 0.02 * torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(value.to(parameter.dtype))
+
+
+__all__ = ["UserInputError", "build_model", "random_model", "wake_zero_parameters", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

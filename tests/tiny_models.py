@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-from patcher.coverage.wake import wake_zero_parameters
+from patcher.models import random_model
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -41,10 +41,7 @@ def tiny_config(model_name: str, **overrides):
 
 
 def tiny_model(model_name: str, seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
-    torch.manual_seed(seed)
-    model = getattr(transformers, model_name)(tiny_config(model_name, **overrides))
-    wake_zero_parameters(model, seed)  # a dead path hides graph mistakes
-    return model.to(dtype).eval()
+    return random_model(getattr(transformers, model_name), tiny_config(model_name, **overrides), seed, dtype)
 
 
 def decoder_layer(model_name: str) -> str:

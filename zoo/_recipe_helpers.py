@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import torch
 import transformers
 
-from patcher.coverage.wake import wake_zero_parameters
+from patcher.models import random_model
 from patcher.images.tokens import check_counts, pad_token_id, place_spans
 from patcher.samples import text_sample
 
@@ -40,11 +40,7 @@ def tiny_model(model_class: type | str, config, seed: int, dtype: torch.dtype) -
     """A random model of ``model_class`` (a class or a ``transformers`` class name) in eval mode.
     The same seed gives the same weights to any class with the same module structure (original and
     zoo class); every all-zero parameter is woken so no path is dead."""
-    model_class = resolve(model_class)
-    torch.manual_seed(seed)
-    model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
-    wake_zero_parameters(model, seed)
-    return model.to(dtype).eval()
+    return random_model(resolve(model_class), config, seed, dtype)
 
 
 def tiny_config_parts(overrides: dict, text: dict, vision: dict, top: dict | None = None) -> tuple[dict, dict, dict]:

@@ -188,13 +188,9 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 
 
 def _build(cls: type, config, seed: int):
-    from ..models import build_model
-    from .wake import wake_zero_parameters
+    from ..models import random_model
 
-    torch.manual_seed(seed)
-    model = build_model(cls, config, device="cpu")
-    wake_zero_parameters(model, seed)
-    return model.float().eval()
+    return random_model(cls, config, seed)
 
 
 def check_architecture(

@@ -39,7 +39,7 @@ from torch import nn
 
 from ..partition import Subgraph, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
-from ..trace.runtime import TraceRecord
+from ..trace.record import TraceRecord
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
 PIPELINE_MODULE = "llmcompressor.pipelines.sequential.pipeline"
@@ -104,7 +104,7 @@ def to_pipeline_subgraphs(subgraphs: list[Subgraph]) -> list:
 
 def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:
     """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
-    a constant of the trace another value (see :class:`~patcher.trace.runtime.TraceRecord`)."""
+    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`)."""
     record.check_model_inputs({name: value for name, value in batch.items() if name not in PIPELINE_KEYS}, where)
 
 

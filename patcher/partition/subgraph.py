@@ -9,7 +9,7 @@ from torch import fx, nn
 
 from ..normalize import positive_int
 from ..trace.errors import MissingInputError
-from ..trace.runtime import TraceRecord
+from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
 from ..trace.tracer import trace_graph

@@ -17,7 +17,7 @@ from torch import fx, nn
 
 from .hooks import check_run_time
 from .liveness import describe_node
-from .runtime import TraceRecord
+from .record import TraceRecord
 from .wrapped_state import guard_wrapped_functions
 
 #: The ``get_attr`` target of the generated code that stands for the model itself.
@@ -34,7 +34,7 @@ class TracedGraph:
 
     ``forward(model, **inputs)`` runs the graph against the real model, so its modules (and
     any hooks on them) are the ones called. It checks the run against ``record`` (see
-    :class:`~patcher.trace.runtime.TraceRecord`): an input the graph was not traced with, a
+    :class:`~patcher.trace.record.TraceRecord`): an input the graph was not traced with, a
     missing one, a constant of the trace with another value, another train/eval mode or a model
     of another structure raise instead of computing something else.
     Modules the tracer walked through (``traced_through``,

@@ -46,7 +46,7 @@ from .hooks import (
 )
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
-from .runtime import TraceRecord, is_trace_constant, mode_exceptions, same_constant
+from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
 
 
@@ -484,7 +484,7 @@ def trace_graph(
     (bools, ints, floats, strings) are constants of the trace, since the model decides Python
     control flow on them. The result records the inputs, constants, train/eval mode and
     structure it was traced with, and refuses runs that do not fit (see
-    :class:`~patcher.trace.runtime.TraceRecord`). Trace in the mode you will run in.
+    :class:`~patcher.trace.record.TraceRecord`). Trace in the mode you will run in.
 
     Every tensor of ``sample_input`` must reach the graph's output, unless ``unused_inputs``
     names it (an input the eager model does not read either).

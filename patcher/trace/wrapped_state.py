@@ -25,7 +25,7 @@ from torch import nn
 from ..registry.origins import noted_origin
 from ..registry.wrapped import is_wrapped_name
 from .errors import StateChangeError
-from .runtime import is_trace_constant, same_constant
+from .record import is_trace_constant, same_constant
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
 _UNSET = object()
