@@ -40,7 +40,8 @@ _WIDTH = {
     "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
-    "projection_hidden_size", "projector_input_dim", "projector_output_dim",
+    "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
+    "hidden_sizes",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -91,12 +92,47 @@ INIT_STD = 0.02
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 #: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
 _WIDTH_LISTS = {"downsample_channels"}
+#: the channels of a convolution stack's first stage, doubled (or multiplied) stage by stage: VQGAN
+#: encoders (Janus, Chameleon: ``base_channels`` 128 times ``channel_multiplier`` up to 4), audio
+#: tokenizers (VibeVoice: ``num_filters`` 32 doubled over 6 downsamplings to 2048), BigVGAN vocoders
+#: (``upsample_initial_channel`` 1536, halved per upsampling). Lowered to a few channels (a multiple
+#: of 32, the VQGAN's GroupNorm groups, where it was one).
+_BASE_CHANNELS = {"base_channels": 32, "num_filters": 4, "upsample_initial_channel": 64}
 #: factors a vision tower's patch grid is divided by a side before the text model sees it
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 #: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
+
+
+#: Fields a config class leaves None (or out) that its modeling code needs: every checkpoint sets
+#: them, transformers' own model tester sets them (the values below are the tester's, or sized like
+#: the tiny config), the class defaults alone build no model. Keyed by ``model_type``; a field is
+#: only filled where the shrunk config has it None or lacks it. Only what no name-based rule can
+#: know belongs here.
+CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
+    # DbrxAttention reads attn_config.rope_theta and clamps q, k, v by clip_qkv unconditionally
+    # (tests/models/dbrx: rope_theta=500000, clip_qkv=8)
+    "dbrx": {"attn_config": {"rope_theta": 500000, "clip_qkv": 8}},
+    # the decoder layers index layer_types (tests/models/lfm2_moe: ["full_attention", "conv"])
+    "lfm2_moe": {"layer_types": ["full_attention", "conv"]},
+    # the decoder layers index mlp_layer_types ("dense" or "sparse", per the docstring)
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
+    # the default layer types include "indexed_attention", whose QSA indexer needs all five
+    # (tests/models/qwen4_exp: 2 heads, 1 kv head, budget 4, compress ratio 2; head dim 16 so the
+    # rotary dims fit it)
+    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
+                       "indexer_budget": 4, "indexer_compress_ratio": 2},
+}
+
+
+def _fill_checkpoint_fields(data: dict, fields: dict) -> None:
+    for key, value in fields.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _fill_checkpoint_fields(data[key], value)
+        elif data.get(key) is None:
+            data[key] = copy.deepcopy(value)
 
 
 def _is_config(value: Any) -> bool:
@@ -175,14 +211,18 @@ class _Shrinker:
             elif key in _WIDTH_LISTS and isinstance(value, list):
                 data[key] = [_lower(item, HIDDEN) for item in value]
             elif keep is not None and isinstance(value, list) and key not in ("id2label", "label2id"):
-                data[key] = self._per_layer(key, value, old_layers, keep)
+                data[key] = self._size_list(key, self._per_layer(key, value, old_layers, keep))
+            elif isinstance(value, list):
+                data[key] = self._size_list(key, value)
             else:
                 data[key] = self._scalar(key, value)
         if keep is not None:
             for key in layer_keys:
                 # several layer counts in one config (encoder/decoder): each becomes len(keep) or less
                 data[key] = min(data[key], len(keep)) if data[key] != old_layers else len(keep)
+        _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
+        self._keep_derived_head_dim(original, data)
         self._fix_groups(data)
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
@@ -333,6 +373,28 @@ class _Shrinker:
             data["window_size"] = min(window, 2 * data["patch_size"] * data["spatial_merge_size"])
 
     @staticmethod
+    def _keep_derived_head_dim(original: dict, data: dict) -> None:
+        """A ``head_dim`` the config class does not declare but computes itself as ``hidden_size //
+        num_attention_heads`` (BLT's sub-configs, in ``__post_init__``), in a model whose attention
+        computes its head width itself the same way, stays so: passed back lowered on its own, it
+        overrides the computed one (BLT: the heads, kept equal to the kv heads, go down to 2; the
+        attention's heads are 32 wide, the rotary embedding reads ``head_dim`` 16)."""
+        model_type = original.get("model_type")
+        if _declares(model_type, "head_dim") is not False \
+                or not _model_type_mentions(model_type, "config.hidden_size // self.num_heads"):
+            return  # the attention reads the config's head_dim (Cohere 2, Mistral 4: no mismatch)
+
+        def derived(level: dict):
+            hidden, heads, head_dim = (level.get(key) for key in ("hidden_size", "num_attention_heads", "head_dim"))
+            if all(_is_natural(value) and value > 0 for value in (hidden, heads, head_dim)):
+                return hidden, heads, head_dim
+            return None
+
+        before, after = derived(original), derived(data)
+        if before and after and before[0] // before[1] == before[2] and after[0] % after[1] == 0:
+            data["head_dim"] = after[0] // after[1]
+
+    @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:
         """Sizes equal in the real config stay equal (MLA's head_dim == qk_rope_head_dim,
         multi-head attention's kv heads == heads, ...): both take the smaller new value."""
@@ -357,13 +419,26 @@ class _Shrinker:
                 out[key] = self._scalar(key, item)
         return out
 
+    def _size_list(self, key, value: list) -> list:
+        """A list of sizes under a size name (per-stage widths and heads of a conv/Swin tower,
+        Florence-2's ``embed_dim`` ``[128, 256, 512, 1024]``; per-layer intermediate sizes, Gemma 3n's
+        ``intermediate_size``): each lowered like the single size."""
+        if not isinstance(key, str) or not value or not all(_is_natural(item) for item in value) \
+                or not any(key in names for names, _ in _SIZE_LIMITS):
+            return value
+        return [self._scalar(key, item) for item in value]
+
     def _scalar(self, key, value: Any) -> Any:
         if not isinstance(key, str):
             return value
+        if key in _BASE_CHANNELS:
+            return _lower(value, _BASE_CHANNELS[key])
         for names, limit in _SIZE_LIMITS:
             if key in names:
                 return _lower(value, limit)
-        if key == "vocab_size" or key.endswith("_vocab_size"):
+        if key == "vocab_size" or key.endswith(("_vocab_size", "_vocab")) or key.startswith("vocab_size_"):
+            # also hashed n-gram vocabularies (BLT's ``encoder_hash_byte_group_vocab``) and per-layer
+            # input vocabularies (Gemma 3n's ``vocab_size_per_layer_input``), indexed by the token ids
             return _lower(value, VOCAB)
         for names, limit in _MORE_SIZE_LIMITS:
             if key in names:
@@ -435,6 +510,16 @@ class _Shrinker:
             if all(isinstance(data.get(key), int) for key in (heads_key, dim_key, expand_key)) \
                     and isinstance(hidden, int) and (expand_key != "expand" or "n_groups" in data or "state_size" in data):
                 data[heads_key] = max(1, data[expand_key] * hidden // data[dim_key])
+        if any(key in data and data[key] is None for key in _EXPERTS) \
+                and any(_is_natural(data.get(key)) for key in _MOE_INTERMEDIATE):
+            # a MoE block whose counts the class leaves None (Dots1: ``n_routed_experts``,
+            # ``num_experts_per_tok``, ``n_shared_experts``; every checkpoint sets them)
+            for key in _EXPERTS:
+                if key in data and data[key] is None:
+                    data[key] = EXPERTS
+            for key in ("n_shared_experts", "num_shared_experts"):
+                if key in data and data[key] is None:
+                    data[key] = 1
         experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
         for key in _TOP_K:
             if key in data and data[key] is None and experts:
@@ -479,6 +564,21 @@ class _Shrinker:
         for key in ("vision_feature_layer",):
             if isinstance(data.get(key), int) and data[key] > 1:
                 data[key] = 1
+
+
+def _declares(model_type, name: str) -> bool | None:
+    """Whether the config class of ``model_type`` declares the field ``name`` (None: not known)."""
+    import dataclasses
+
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        config_class = CONFIG_MAPPING[model_type]
+    except Exception:  # noqa: BLE001
+        return None
+    if not dataclasses.is_dataclass(config_class):
+        return None
+    return name in {item.name for item in dataclasses.fields(config_class)}
 
 
 def _merge_factor(data: dict) -> int:
