@@ -104,6 +104,12 @@ _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERME
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 #: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
+#: a count of trailing layers that reuse an earlier layer's kv cache (all of them in Gemma 4's assistant)
+_KV_SHARED = "num_kv_shared_layers"
+#: Layer kinds kept twice, by ``model_type`` and per-layer list: Zamba's "hybrid" layers all call
+#: one shared attention block, tied by a key that needs a second hybrid layer to tie to (one alone:
+#: "There is an issue with your definition of `tie_weights_keys`"); two also check the sharing.
+_TWICE: dict[str, dict[str, tuple[str, ...]]] = {"zamba": {"layers_block_type": ("hybrid",)}}
 
 
 #: Fields a config class leaves None (or out) that its modeling code needs: every checkpoint sets
@@ -122,6 +128,9 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # the default layer types include "indexed_attention", whose QSA indexer needs all five
     # (tests/models/qwen4_exp: 2 heads, 1 kv head, budget 4, compress ratio 2; head dim 16 so the
     # rotary dims fit it)
+    # RoPE parameters per layer type, none by default (tests/models/cohere_compass: full_attention,
+    # default rope, theta 10000)
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
@@ -220,6 +229,9 @@ class _Shrinker:
             for key in layer_keys:
                 # several layer counts in one config (encoder/decoder): each becomes len(keep) or less
                 data[key] = min(data[key], len(keep)) if data[key] != old_layers else len(keep)
+            shared = original.get(_KV_SHARED)
+            if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
+                data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
         _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
         self._keep_derived_head_dim(original, data)
@@ -472,7 +484,22 @@ class _Shrinker:
                 keep.update(firsts.values())
             elif _is_index_list(key, value, old):
                 keep.add(value[0])
-        keep = sorted(keep)[:4]
+        # the last ``num_kv_shared_layers`` layers reuse the kv cache of the last earlier layer of
+        # their kind (Gemma 3n, Gemma 4): the first layer of every kind before and after that point
+        shared, needed = data.get(_KV_SHARED), set()
+        if _is_natural(shared) and 0 < shared < old:
+            types = data.get("layer_types")
+            types = types if isinstance(types, list) and len(types) == old else [None] * old
+            firsts = {}
+            for index, kind in enumerate(types):
+                firsts.setdefault((repr(kind), index >= old - shared), index)
+            needed = set(firsts.values())
+        for key, kinds in _TWICE.get(data.get("model_type"), {}).items():
+            value = data.get(key)
+            if isinstance(value, list) and len(value) == old:
+                for kind in kinds:
+                    needed.update([index for index, item in enumerate(value) if item == kind][:2])
+        keep = sorted(needed | set(sorted(keep - needed)[:max(0, 4 - len(needed))]))
         index = 0
         while len(keep) < min(2, old):
             if index not in keep:
@@ -486,6 +513,15 @@ class _Shrinker:
         if _is_index_list(key, value, old):
             return [keep.index(item) for item in value if item in keep] or [len(keep) - 1]
         return value
+
+    @staticmethod
+    def _mrope(data: dict, rope: dict) -> dict:
+        """``rope`` with its ``mrope_section`` summing to half the rotary dims: modeling files
+        default it to the real head_dim's [16, 24, 24]."""
+        head_dim = data.get("head_dim") if isinstance(data.get("head_dim"), int) else HEAD_DIM
+        factor = rope.get("partial_rotary_factor", data.get("partial_rotary_factor")) or 1.0
+        total = max(3, int(head_dim * factor) // 2)
+        return {**rope, "mrope_section": _rescale(rope.get("mrope_section") or [16, 24, 24], total, exact=True)}
 
     def _fix_groups(self, data: dict) -> None:
         hidden = data.get("hidden_size")
@@ -552,15 +588,14 @@ class _Shrinker:
         if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
             data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
         rope = data.get("rope_parameters")
-        if isinstance(rope, dict) and "rope_type" in rope and (self.mrope or "mrope_section" in rope
-                                                               or _model_type_mentions(data.get("model_type"), "mrope_section")):
-            # modeling files default mrope_section to the real head_dim's [16, 24, 24]; the sections
-            # must add up to half the rotary dims
-            head_dim = data.get("head_dim") if isinstance(data.get("head_dim"), int) else HEAD_DIM
-            factor = rope.get("partial_rotary_factor", data.get("partial_rotary_factor")) or 1.0
-            total = max(3, int(head_dim * factor) // 2)
-            data["rope_parameters"] = {**rope, "mrope_section": _rescale(rope.get("mrope_section") or [16, 24, 24],
-                                                                         total, exact=True)}
+        mrope = self.mrope or _model_type_mentions(data.get("model_type"), "mrope_section")
+        if isinstance(rope, dict) and "rope_type" in rope and (mrope or "mrope_section" in rope):
+            data["rope_parameters"] = self._mrope(data, rope)
+        elif isinstance(rope, dict) and rope and all(isinstance(item, dict) and "rope_type" in item or item is None
+                                                     for item in rope.values()) and mrope:
+            # per layer type (Cohere Compass: {"full_attention": {...}}), each with its own sections
+            data["rope_parameters"] = {kind: item if item is None else self._mrope(data, item)
+                                       for kind, item in rope.items()}
         for key in ("vision_feature_layer",):
             if isinstance(data.get(key), int) and data[key] > 1:
                 data[key] = 1
