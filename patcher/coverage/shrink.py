@@ -106,6 +106,9 @@ _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
 #: a count of trailing layers that reuse an earlier layer's kv cache (all of them in Gemma 4's assistant)
 _KV_SHARED = "num_kv_shared_layers"
+#: Modeling code that assumes ``num_attention_heads * head_dim == hidden_size``
+_HEADS_TIMES_HEAD_DIM = ("config.hidden_size // self.num_heads",
+                         "self.o_proj = nn.Linear(config.hidden_size, config.hidden_size")
 #: Layer kinds kept twice, by ``model_type`` and per-layer list: Zamba's "hybrid" layers all call
 #: one shared attention block, tied by a key that needs a second hybrid layer to tie to (one alone:
 #: "There is an issue with your definition of `tie_weights_keys`"); two also check the sharing.
@@ -386,15 +389,14 @@ class _Shrinker:
 
     @staticmethod
     def _keep_derived_head_dim(original: dict, data: dict) -> None:
-        """A ``head_dim`` the config class does not declare but computes itself as ``hidden_size //
-        num_attention_heads`` (BLT's sub-configs, in ``__post_init__``), in a model whose attention
-        computes its head width itself the same way, stays so: passed back lowered on its own, it
-        overrides the computed one (BLT: the heads, kept equal to the kv heads, go down to 2; the
-        attention's heads are 32 wide, the rotary embedding reads ``head_dim`` 16)."""
-        model_type = original.get("model_type")
-        if _declares(model_type, "head_dim") is not False \
-                or not _model_type_mentions(model_type, "config.hidden_size // self.num_heads"):
-            return  # the attention reads the config's head_dim (Cohere 2, Mistral 4: no mismatch)
+        """In a model whose attention assumes ``num_attention_heads * head_dim == hidden_size`` (BLT
+        computes its heads' width as ``hidden_size // num_heads``, Helium's ``o_proj`` takes
+        ``hidden_size`` inputs), a ``head_dim`` that is ``hidden_size // num_attention_heads`` in the
+        real config stays so. Lowered on its own it breaks the identity once the heads go down with
+        the kv heads (to 2, kept equal to them): 2 heads of 16 are 32 wide, not 64. Models whose
+        attention reads the config's ``head_dim`` throughout are left alone."""
+        if not any(_model_type_mentions(original.get("model_type"), text) for text in _HEADS_TIMES_HEAD_DIM):
+            return
 
         def derived(level: dict):
             hidden, heads, head_dim = (level.get(key) for key in ("hidden_size", "num_attention_heads", "head_dim"))
@@ -403,7 +405,7 @@ class _Shrinker:
             return None
 
         before, after = derived(original), derived(data)
-        if before and after and before[0] // before[1] == before[2] and after[0] % after[1] == 0:
+        if before and after and before[0] == before[1] * before[2] and after[0] % after[1] == 0:
             data["head_dim"] = after[0] // after[1]
 
     @staticmethod
