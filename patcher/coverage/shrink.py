@@ -238,6 +238,7 @@ class _Shrinker:
         _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
         self._keep_derived_head_dim(original, data)
+        self._keep_index_head_rotary(original, data)
         self._fix_groups(data)
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
@@ -407,6 +408,17 @@ class _Shrinker:
         before, after = derived(original), derived(data)
         if before and after and before[0] == before[1] * before[2] and after[0] % after[1] == 0:
             data["head_dim"] = after[0] // after[1]
+
+    @staticmethod
+    def _keep_index_head_rotary(original: dict, data: dict) -> None:
+        """A sparse-attention indexer's heads (``index_head_dim``: DeepSeek-V3.2, Dots 3) carry a
+        rotary part ``qk_rope_head_dim`` wide and a pass-through rest: lowered on their own (128 to 2,
+        kept equal to the 128 heads) they would be narrower than their rotary part (a split of
+        ``[4, -2]``). Kept as many rotary parts wide as in the real config."""
+        index, rope = original.get("index_head_dim"), original.get("qk_rope_head_dim")
+        new_index, new_rope = data.get("index_head_dim"), data.get("qk_rope_head_dim")
+        if all(_is_natural(value) and value > 0 for value in (index, rope, new_index, new_rope)) and index >= rope:
+            data["index_head_dim"] = max(new_index, new_rope * (index // rope))
 
     @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:
