@@ -209,7 +209,7 @@ class _Shrinker:
                 data[key] = self.shrink(value)
             elif isinstance(value, list) and value and all(_is_config(item) for item in value):
                 data[key] = [self.shrink(item) for item in value]
-            elif is_token_key(key):
+            elif is_token_key(key) and key not in _TOP_K:  # num_experts_per_token: a count, not an id
                 data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
             elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
                 data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
@@ -471,7 +471,7 @@ class _Shrinker:
                 return _lower(value, limit)
         if key in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"):
             return _lower(value, 1)
-        if key == "n_group":
+        if key in ("n_group", "num_expert_group"):
             return _lower(value, 2)
         if key == "topk_group":
             return _lower(value, 1)
@@ -582,8 +582,9 @@ class _Shrinker:
             if isinstance(data.get(key), int) and heads and heads % data[key]:
                 data[key] = 1
         experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
-        if experts and isinstance(data.get("n_group"), int) and experts % data["n_group"]:
-            data["n_group"] = 1
+        for key in ("n_group", "num_expert_group"):
+            if experts and isinstance(data.get(key), int) and experts % data[key]:
+                data[key] = 1
         if isinstance(data.get("patch_size"), int) and isinstance(data.get("image_size"), int):
             # two merged patches a side: a pixel shuffle by `scale_factor` (Granite-Docling's vision
             # config) of a grid smaller than the factor would be 0 wide
