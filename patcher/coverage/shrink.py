@@ -139,6 +139,16 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Class defaults no checkpoint has, replaced (by ``model_type``, after shrinking), with the tester's
+#: choice. Kept to what the default cannot run at all.
+CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
+    # all layers Mamba by default: the model's own forward then asks its cache for a sequence length
+    # only attention layers know (get_seq_length raises); the checkpoints and tests/models/
+    # granitemoehybrid mix Mamba and attention layers
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+}
+
+
 def _fill_checkpoint_fields(data: dict, fields: dict) -> None:
     for key, value in fields.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
@@ -236,6 +246,10 @@ class _Shrinker:
             if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
                 data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
         _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
+        for key, value in CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}).items():
+            if not (isinstance(value, list) and _is_natural(data.get("num_hidden_layers"))) \
+                    or len(value) == data["num_hidden_layers"]:
+                data[key] = copy.deepcopy(value)
         self._keep_equalities(original, data)
         self._keep_derived_head_dim(original, data)
         self._keep_index_head_rotary(original, data)
