@@ -134,6 +134,9 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # RoPE parameters per layer type, none by default (tests/models/cohere_compass: full_attention,
     # default rope, theta 10000)
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # the model builds a sliding-window mask even without sliding layers (tests/models/step3p7:
+    # "sliding_window required by create_sliding_window_causal_mask even when no sliding layers")
+    "step3p5": {"sliding_window": WINDOW},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
