@@ -137,6 +137,9 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # the model builds a sliding-window mask even without sliding layers (tests/models/step3p7:
     # "sliding_window required by create_sliding_window_causal_mask even when no sliding layers")
     "step3p5": {"sliding_window": WINDOW},
+    # without lang_ids the model takes the default language's adapters; none by default (the
+    # class's only language, "en_XX": what set_default_language("en_XX") sets)
+    "xmod": {"default_language": "en_XX"},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
