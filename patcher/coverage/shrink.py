@@ -94,10 +94,11 @@ _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 _WIDTH_LISTS = {"downsample_channels"}
 #: the channels of a convolution stack's first stage, doubled (or multiplied) stage by stage: VQGAN
 #: encoders (Janus, Chameleon: ``base_channels`` 128 times ``channel_multiplier`` up to 4), audio
-#: tokenizers (VibeVoice: ``num_filters`` 32 doubled over 6 downsamplings to 2048), BigVGAN vocoders
-#: (``upsample_initial_channel`` 1536, halved per upsampling). Lowered to a few channels (a multiple
-#: of 32, the VQGAN's GroupNorm groups, where it was one).
-_BASE_CHANNELS = {"base_channels": 32, "num_filters": 4, "upsample_initial_channel": 64}
+#: tokenizers (VibeVoice: ``num_filters`` 32 doubled over 6 downsamplings to 2048), vocoders
+#: (BigVGAN's ``upsample_initial_channel`` 1536, Qwen3-Omni code2wav's ``decoder_dim`` 1536, halved
+#: per upsampling). Lowered to a few channels (a multiple of 32, the VQGAN's GroupNorm groups,
+#: where it was one).
+_BASE_CHANNELS = {"base_channels": 32, "num_filters": 4, "upsample_initial_channel": 64, "decoder_dim": 64}
 #: factors a vision tower's patch grid is divided by a side before the text model sees it
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
@@ -140,6 +141,9 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # without lang_ids the model takes the default language's adapters; none by default (the
     # class's only language, "en_XX": what set_default_language("en_XX") sets)
     "xmod": {"default_language": "en_XX"},
+    # the talker's sparse MoE block builds a shared expert of this size; the class has no such field
+    # (the checkpoints' config.json sets it)
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": MOE_INTERMEDIATE},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
@@ -153,6 +157,24 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # granitemoehybrid mix Mamba and attention layers
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
 }
+
+
+#: The same for config classes without a ``model_type`` of their own (sub-configs), by class name.
+CHECKPOINT_CLASS_FIELDS: dict[str, dict[str, Any]] = {
+    # its rope index reads spatial_merge_size (the vision tower's, 2; the checkpoints' talker config has it)
+    "Qwen3OmniMoeTalkerConfig": {"spatial_merge_size": 2},
+}
+
+
+def _fill_class_fields(config, data: dict) -> None:
+    """CHECKPOINT_CLASS_FIELDS into ``data`` (a config's shrunk ``to_dict()``) at every level whose
+    config object (``config`` or a sub-config of it) is of a listed class."""
+    _fill_checkpoint_fields(data, CHECKPOINT_CLASS_FIELDS.get(type(config).__name__, {}))
+    for key, value in data.items():
+        if _is_config(value) and isinstance(key, str):
+            sub = vars(config).get(key)
+            if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
+                _fill_class_fields(sub, value)
 
 
 def _fill_checkpoint_fields(data: dict, fields: dict) -> None:
@@ -722,6 +744,7 @@ def shrink_config(config_class: type, **overrides):
     # mrope_section); the second pass shrinks those too.
     for _ in range(2):
         data = shrink_dict(config.to_dict(), mrope)
+        _fill_class_fields(config, data)
         for key in ("transformers_version", "architectures", "_name_or_path"):
             data.pop(key, None)
         data.update(overrides)
