@@ -156,6 +156,9 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # only attention layers know (get_seq_length raises); the checkpoints and tests/models/
     # granitemoehybrid mix Mamba and attention layers
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # the adaptor's intermediate size must be the text model's hidden size // 4 (validate_architecture;
+    # the class's sub-config defaults: 1024 // 4), lowered alone it is 128
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
 }
 
 
@@ -175,6 +178,15 @@ def _fill_class_fields(config, data: dict) -> None:
             sub = vars(config).get(key)
             if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
                 _fill_class_fields(sub, value)
+
+
+def _override(data: dict, fields: dict) -> None:
+    for key, value in fields.items():
+        if isinstance(value, dict) and _is_config(data.get(key)):
+            _override(data[key], value)
+        elif not isinstance(value, list) or not _is_natural(data.get("num_hidden_layers")) \
+                or len(value) == data["num_hidden_layers"]:  # a per-layer list only where it fits
+            data[key] = copy.deepcopy(value)
 
 
 def _fill_checkpoint_fields(data: dict, fields: dict) -> None:
@@ -274,10 +286,7 @@ class _Shrinker:
             if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
                 data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
         _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
-        for key, value in CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}).items():
-            if not (isinstance(value, list) and _is_natural(data.get("num_hidden_layers"))) \
-                    or len(value) == data["num_hidden_layers"]:
-                data[key] = copy.deepcopy(value)
+        _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
         self._keep_derived_head_dim(original, data)
         self._keep_index_head_rotary(original, data)
