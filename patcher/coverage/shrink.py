@@ -296,6 +296,7 @@ class _Shrinker:
         self._fix_grid_pinpoints(original, data)
         self._fix_patch_count_maps(data)
         self._fix_feature_layers(data)
+        self._fix_adapter_feature_layers(original, data)
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
         self._fix_merged_widths(original, data)
@@ -393,6 +394,22 @@ class _Shrinker:
             if isinstance(layers, (list, tuple)) and isinstance(count, int) \
                     and all(isinstance(index, int) for index in layers):
                 data[key] = [max(index, -(count + 1)) if index < 0 else min(index, count) for index in layers]
+
+    @staticmethod
+    def _fix_adapter_feature_layers(original: dict, data: dict) -> None:
+        """A ``vision_feature_layer`` list in a sibling of ``vision_config`` (Molmo 2's adapter config:
+        ``[24, 18]`` of 25 layers) indexes the vision layers: each keeps its distance from the last
+        layer, within the shrunk tower (``[1, 0]`` of 2)."""
+        vision, real = data.get("vision_config"), original.get("vision_config")
+        count = vision.get("num_hidden_layers") if isinstance(vision, dict) else None
+        real_count = real.get("num_hidden_layers") if isinstance(real, dict) else None
+        if not _is_natural(count) or not _is_natural(real_count) or count == 0:
+            return
+        for key, value in data.items():
+            layers = value.get("vision_feature_layer") if _is_config(value) and key != "vision_config" else None
+            if isinstance(layers, list) and layers and all(isinstance(index, int) for index in layers):
+                value["vision_feature_layer"] = [max(0, count - (real_count - index)) if index >= 0
+                                                 else max(index, -count) for index in layers]
 
     @staticmethod
     def _fix_grid_pinpoints(original: dict, data: dict) -> None:
