@@ -144,6 +144,10 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # the talker's sparse MoE block builds a shared expert of this size; the class has no such field
     # (the checkpoints' config.json sets it)
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": MOE_INTERMEDIATE},
+    # deepstack projectors per (vision layer, LLM layer) pair and the Window Q-Former's rate, None by
+    # default; the checkpoint's: [[-19, 9], [-13, 6], [-7, 3], [-1, 0]] and "4/8" (here the last two
+    # vision layers into the two LLM layers)
+    "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "4/8"},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
@@ -159,6 +163,8 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # the adaptor's intermediate size must be the text model's hidden size // 4 (validate_architecture;
     # the class's sub-config defaults: 1024 // 4), lowered alone it is 128
     "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
+    "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
 }
 
 
