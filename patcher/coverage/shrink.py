@@ -41,7 +41,7 @@ _WIDTH = {
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
     "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
-    "hidden_sizes", "condition_dim",
+    "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -292,6 +292,8 @@ class _Shrinker:
             if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
                 data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
         _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
+        if keep is not None:
+            self._fix_per_layer_items(original, data, keep, old_layers)
         _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
         self._keep_derived_head_dim(original, data)
@@ -482,6 +484,31 @@ class _Shrinker:
         before, after = derived(original), derived(data)
         if before and after and before[0] == before[1] * before[2] and after[0] % after[1] == 0:
             data["head_dim"] = after[0] // after[1]
+
+    def _fix_per_layer_items(self, original: dict, data: dict, keep: list[int], old_layers: int) -> None:
+        """Per-layer overrides (``per_layer_config``: Dots 3's sliding layers with 64 heads of their
+        own) are sizes like the level's: equal ones stay equal (kv heads == heads), and an MLA
+        ``head_dim`` that is ``qk_nope_head_dim + qk_rope_head_dim`` stays so, the level's values
+        filling in what an override leaves out. Only the overrides themselves change."""
+        for key, value in original.items():
+            if not (isinstance(value, dict) and _is_layer_dict(key, value, old_layers) and isinstance(data.get(key), dict)):
+                continue
+            real_items = {int(index): item for index, item in value.items()}
+            for new_index, item in data[key].items():
+                real = real_items.get(keep[int(new_index)])
+                if not isinstance(item, dict) or not isinstance(real, dict):
+                    continue
+                level = {name: item for name, item in data.items() if not isinstance(item, (dict, list))}
+                real_level = {name: item for name, item in original.items() if not isinstance(item, (dict, list))}
+                merged, real_merged = {**level, **item}, {**real_level, **real}
+                self._keep_equalities(real_merged, merged)
+                parts = ("head_dim", "qk_nope_head_dim", "qk_rope_head_dim")
+                if all(_is_natural(real_merged.get(name)) for name in parts) and all(_is_natural(merged.get(name)) for name in parts) \
+                        and real_merged["head_dim"] == real_merged["qk_nope_head_dim"] + real_merged["qk_rope_head_dim"]:
+                    merged["head_dim"] = merged["qk_nope_head_dim"] + merged["qk_rope_head_dim"]
+                for name, size in merged.items():
+                    if name in item or size != level.get(name):
+                        item[name] = size
 
     @staticmethod
     def _keep_index_head_rotary(original: dict, data: dict) -> None:
