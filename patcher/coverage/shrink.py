@@ -33,6 +33,7 @@ POSITIONS = 256
 LORA_RANK = 16
 STATE = 16
 WINDOW = 4
+VQ_CODES = 32  # image codes of a VQ-VAE codebook that maps them to tokens (Chameleon, Emu3)
 
 _WIDTH = {
     "hidden_size", "d_model", "n_embd", "n_embed", "embed_dim", "dim", "model_dim", "hidden_dim",
@@ -307,6 +308,7 @@ class _Shrinker:
         self._fix_adapter_feature_layers(original, data)
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
+        self._fill_vocabulary_map(data)
         self._fix_merged_widths(original, data)
         return data
 
@@ -327,6 +329,27 @@ class _Shrinker:
         for key in sorted(data):
             if data[key] is None and is_visual_id_key(key):
                 data[key] = self.fresh_id()
+
+    def _fill_vocabulary_map(self, data: dict) -> None:
+        """Chameleon and Emu3 map their VQ-VAE's image codes to tokens through ``vocabulary_map``
+        (the tokenizer's vocabulary; None in the class, the model cannot be built without it). A map
+        like transformers' testers build: ``<image>`` (and Emu3's ``<|extra_200|>`` line end) and one
+        token per code of the codebook, lowered to VQ_CODES codes, all on free ids of the tiny
+        vocabulary, named as the model parses them."""
+        vq = data.get("vq_config")
+        size = next((key for key in ("num_embeddings", "codebook_size")
+                     if isinstance(vq, dict) and _is_natural(vq.get(key))), None)
+        if data.get("vocabulary_map", ...) is not None or size is None:
+            return
+        vq[size] = min(vq[size], VQ_CODES)
+        names = {"<image>": self.fresh_id(), "<|extra_200|>": self.fresh_id()}
+        for code in range(vq[size]):
+            if data.get("model_type") == "emu3":
+                name = f"<|visual token{code:06d}|>"
+            else:  # Chameleon: the code's digits as letters between IMGIMG and a last character
+                name = "IMGIMG" + "".join(chr(ord("A") + int(digit)) for digit in str(code)) + "Z"
+            names[name] = self.fresh_id()
+        data["vocabulary_map"] = names
 
     @staticmethod
     def _fix_layer_index(data: dict) -> None:
