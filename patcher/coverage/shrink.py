@@ -350,6 +350,8 @@ class _Shrinker:
                 name = "IMGIMG" + "".join(chr(ord("A") + int(digit)) for digit in str(code)) + "Z"
             names[name] = self.fresh_id()
         data["vocabulary_map"] = names
+        if data.get("image_token_id", ...) is None:  # the class derives it from the map, unless passed None
+            data["image_token_id"] = names["<image>"]
 
     @staticmethod
     def _fix_layer_index(data: dict) -> None:
