@@ -742,21 +742,6 @@ class _Shrinker:
                 data[key] = 1
 
 
-def _declares(model_type, name: str) -> bool | None:
-    """Whether the config class of ``model_type`` declares the field ``name`` (None: not known)."""
-    import dataclasses
-
-    try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-        config_class = CONFIG_MAPPING[model_type]
-    except Exception:  # noqa: BLE001
-        return None
-    if not dataclasses.is_dataclass(config_class):
-        return None
-    return name in {item.name for item in dataclasses.fields(config_class)}
-
-
 def _merge_factor(data: dict) -> int:
     """Patches merged a side in one config level (1 where it states none)."""
     for key in _MERGE:
