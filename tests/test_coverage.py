@@ -46,6 +46,17 @@ MUST_BE_EQUAL = [
     "Qwen3MoeForCausalLM",
     "T5ForConditionalGeneration",
     "Zamba2ForCausalLM",
+    # built since the shrinking learned them (issue 21): tester-set fields (Dbrx), kv-sharing layers
+    # (Gemma 3n), a shared block in two layers (Zamba), an indexer's rotary part (DeepSeek-V3.2),
+    # heads x head_dim == hidden (Helium), a top-k named like a token (Bailing hybrid), per-layer
+    # overrides (Dots 3)
+    "BailingHybridForCausalLM",
+    "DbrxForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "Dots3NoteForCausalLM",
+    "Gemma3nForCausalLM",
+    "HeliumForCausalLM",
+    "ZambaForCausalLM",
 ]
 MULTIMODAL = {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"}
 
@@ -159,6 +170,100 @@ def test_shrinking_renumbers_layer_index_lists():
                    shrink_config(transformers.Qwen3VLConfig).vision_config):
         indexes = getattr(vision, "fullatt_block_indexes", None) or vision.deepstack_visual_indexes
         assert indexes and all(0 <= i < vision.depth for i in indexes)
+
+
+@pytest.mark.parametrize("name", ["BltForCausalLM", "FlaubertWithLMHeadModel", "Florence2ForConditionalGeneration",
+                                  "JanusForConditionalGeneration", "MuseSparkForConditionalGeneration",
+                                  "VibeVoiceForConditionalGeneration", "VibeVoiceAsrForConditionalGeneration"])
+def test_shrinking_lowers_conv_stacks_stage_widths_and_hashed_vocabularies(name):
+    # over 50M parameters after shrinking before: VQGAN/audio-tokenizer base channels doubled stage by
+    # stage, per-stage width lists, emb_dim, BLT's 500002-entry hash vocabulary
+    from patcher.coverage.check import MAX_PARAMETERS
+    from patcher.models import build_model, resolve_model_class
+
+    cls = resolve_model_class(name)
+    model = build_model(cls, shrink_config(cls.config_class), device="meta")
+    assert sum(parameter.numel() for parameter in model.parameters()) < MAX_PARAMETERS
+
+
+def test_shrinking_lowers_per_stage_and_per_layer_size_lists():
+    vision = shrink_config(transformers.Florence2Config).vision_config
+    assert max(vision.embed_dim) <= 64 and max(vision.num_heads) <= 4
+    assert all(width % heads == 0 for width, heads in zip(vision.embed_dim, vision.num_heads))
+    text = shrink_config(transformers.Gemma3nTextConfig)
+    assert len(text.intermediate_size) == text.num_hidden_layers and max(text.intermediate_size) <= 128
+    assert text.vocab_size_per_layer_input <= 256
+
+
+def test_shrinking_keeps_kv_sharing_layers_of_every_kind():
+    # Gemma 3n: the last num_kv_shared_layers layers reuse the kv of the last earlier layer of their
+    # kind; cut to the first two layers, 15 shared layers left none producing a cache
+    real, config = transformers.Gemma3nTextConfig(), shrink_config(transformers.Gemma3nTextConfig)
+    assert 0 < real.num_kv_shared_layers < real.num_hidden_layers
+    assert 0 < config.num_kv_shared_layers < config.num_hidden_layers <= 4
+    first_shared = config.num_hidden_layers - config.num_kv_shared_layers
+    assert set(config.layer_types[:first_shared]) == set(config.layer_types[first_shared:]) == set(real.layer_types)
+    assert "reuse" in config.kv_sharing_modes  # raises on an inconsistent config
+
+
+def test_shrinking_keeps_a_shared_block_in_two_layers():
+    # Zamba's hybrid layers call one shared attention block, tied by a key that needs a second one
+    config = shrink_config(transformers.ZambaConfig)
+    assert config.layers_block_type.count("hybrid") == 2 and "linear_attention" in config.layers_block_type
+
+
+def test_shrinking_fills_what_the_class_leaves_none_and_the_modeling_needs():
+    dbrx = shrink_config(transformers.DbrxConfig)
+    assert dbrx.attn_config.rope_theta and dbrx.attn_config.clip_qkv
+    assert set(shrink_config(transformers.Lfm2MoeConfig).layer_types) == {"full_attention", "conv"}
+    dots1 = shrink_config(transformers.Dots1Config)
+    assert dots1.n_routed_experts and dots1.n_shared_experts and 0 < dots1.num_experts_per_tok <= dots1.n_routed_experts
+    compass = shrink_config(transformers.CohereCompassTextConfig)
+    assert {"rope_type", "rope_theta"} <= set(compass.rope_parameters["full_attention"])
+    assert shrink_config(transformers.XmodConfig).default_language in transformers.XmodConfig().languages
+
+
+def test_shrinking_keeps_a_top_k_named_like_a_token_a_count():
+    # "num_experts_per_token" ends like a token-id field; kept at 8 it picked 8 of 4 experts
+    config = shrink_config(transformers.BailingHybridConfig)
+    assert 0 < config.num_experts_per_tok <= config.num_experts
+    assert config.num_experts % config.n_group == 0
+
+
+def test_shrinking_keeps_head_relations_the_modeling_code_assumes():
+    # Helium's o_proj takes hidden_size inputs from heads * head_dim features
+    helium = shrink_config(transformers.HeliumConfig)
+    assert helium.num_attention_heads * helium.head_dim == helium.hidden_size
+    # DeepSeek-V3.2's indexer heads split into a rotary part and a rest
+    v32 = shrink_config(transformers.DeepseekV32Config)
+    assert v32.index_head_dim > v32.qk_rope_head_dim
+    # Dots 3's sliding layers override heads and head dims: kv heads stay the heads, head_dim nope + rope
+    dots3 = shrink_config(transformers.Dots3NoteConfig).text_config
+    for layer_type in set(dots3.layer_types):
+        layer = dots3.per_layer_config[layer_type]
+        assert layer.num_key_value_heads == layer.num_attention_heads
+
+
+def test_shrinking_keeps_an_adapter_feature_layer_inside_the_tower():
+    config = shrink_config(transformers.Molmo2Config)
+    layers = config.adapter_config.vision_feature_layer
+    assert len(set(layers)) == len(layers) == 2
+    assert all(0 <= index < config.vision_config.num_hidden_layers for index in layers)
+
+
+@pytest.mark.parametrize("config_class", [transformers.ChameleonConfig, transformers.Emu3Config])
+def test_shrinking_gives_a_vq_model_a_vocabulary_map_on_the_tiny_vocabulary(config_class):
+    from patcher.models import build_model
+
+    config = shrink_config(config_class)
+    codes = getattr(config.vq_config, "num_embeddings", None) or config.vq_config.codebook_size
+    ids = list(config.vocabulary_map.values())
+    vocab = config.get_text_config().vocab_size
+    assert len(set(ids)) == len(ids) == codes + 2 and all(0 <= i < vocab for i in ids)
+    assert config.image_token_id == config.vocabulary_map["<image>"]
+    assert not set(ids) & (special_tokens(config) - {config.image_token_id})
+    model_class = getattr(transformers, config_class.__name__.replace("Config", "ForConditionalGeneration"))
+    build_model(model_class, config, device="meta")  # the model reads the map as it is built
 
 
 def test_special_tokens_move_into_the_tiny_vocabulary():

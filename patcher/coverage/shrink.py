@@ -33,6 +33,7 @@ POSITIONS = 256
 LORA_RANK = 16
 STATE = 16
 WINDOW = 4
+VQ_CODES = 32  # image codes of a VQ-VAE codebook that maps them to tokens (Chameleon, Emu3)
 
 _WIDTH = {
     "hidden_size", "d_model", "n_embd", "n_embed", "embed_dim", "dim", "model_dim", "hidden_dim",
@@ -40,7 +41,8 @@ _WIDTH = {
     "encoder_hidden_size", "decoder_hidden_size", "audio_hidden_size", "output_dim", "projector_hidden_size",
     "hidden_size_per_layer_input", "vocab_size_per_layer_input_dim", "embedding_size", "d_embed",
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
-    "projection_hidden_size", "projector_input_dim", "projector_output_dim",
+    "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
+    "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -94,12 +96,115 @@ INIT_STD = 0.02
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 #: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
 _WIDTH_LISTS = {"downsample_channels"}
+#: the channels of a convolution stack's first stage, doubled (or multiplied) stage by stage: VQGAN
+#: encoders (Janus, Chameleon: ``base_channels`` 128 times ``channel_multiplier`` up to 4), audio
+#: tokenizers (VibeVoice: ``num_filters`` 32 doubled over 6 downsamplings to 2048), vocoders
+#: (BigVGAN's ``upsample_initial_channel`` 1536, Qwen3-Omni code2wav's ``decoder_dim`` 1536, halved
+#: per upsampling). Lowered to a few channels (a multiple of 32, the VQGAN's GroupNorm groups,
+#: where it was one).
+_BASE_CHANNELS = {"base_channels": 32, "num_filters": 4, "upsample_initial_channel": 64, "decoder_dim": 64}
 #: factors a vision tower's patch grid is divided by a side before the text model sees it
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 #: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
+#: a count of trailing layers that reuse an earlier layer's kv cache (all of them in Gemma 4's assistant)
+_KV_SHARED = "num_kv_shared_layers"
+#: Modeling code that assumes ``num_attention_heads * head_dim == hidden_size``
+_HEADS_TIMES_HEAD_DIM = ("config.hidden_size // self.num_heads",
+                         "self.o_proj = nn.Linear(config.hidden_size, config.hidden_size")
+#: Layer kinds kept twice, by ``model_type`` and per-layer list: Zamba's "hybrid" layers all call
+#: one shared attention block, tied by a key that needs a second hybrid layer to tie to (one alone:
+#: "There is an issue with your definition of `tie_weights_keys`"); two also check the sharing.
+_TWICE: dict[str, dict[str, tuple[str, ...]]] = {"zamba": {"layers_block_type": ("hybrid",)}}
+
+
+#: Fields a config class leaves None (or out) that its modeling code needs: every checkpoint sets
+#: them, transformers' own model tester sets them (the values below are the tester's, or sized like
+#: the tiny config), the class defaults alone build no model. Keyed by ``model_type``; a field is
+#: only filled where the shrunk config has it None or lacks it. Only what no name-based rule can
+#: know belongs here.
+CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
+    # DbrxAttention reads attn_config.rope_theta and clamps q, k, v by clip_qkv unconditionally
+    # (tests/models/dbrx: rope_theta=500000, clip_qkv=8)
+    "dbrx": {"attn_config": {"rope_theta": 500000, "clip_qkv": 8}},
+    # the decoder layers index layer_types (tests/models/lfm2_moe: ["full_attention", "conv"])
+    "lfm2_moe": {"layer_types": ["full_attention", "conv"]},
+    # the decoder layers index mlp_layer_types ("dense" or "sparse", per the docstring)
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
+    # the default layer types include "indexed_attention", whose QSA indexer needs all five
+    # (tests/models/qwen4_exp: 2 heads, 1 kv head, budget 4, compress ratio 2; head dim 16 so the
+    # rotary dims fit it)
+    # RoPE parameters per layer type, none by default (tests/models/cohere_compass: full_attention,
+    # default rope, theta 10000)
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # the model builds a sliding-window mask even without sliding layers (tests/models/step3p7:
+    # "sliding_window required by create_sliding_window_causal_mask even when no sliding layers")
+    "step3p5": {"sliding_window": WINDOW},
+    # without lang_ids the model takes the default language's adapters; none by default (the
+    # class's only language, "en_XX": what set_default_language("en_XX") sets)
+    "xmod": {"default_language": "en_XX"},
+    # the talker's sparse MoE block builds a shared expert of this size; the class has no such field
+    # (the checkpoints' config.json sets it)
+    "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": MOE_INTERMEDIATE},
+    # deepstack projectors per (vision layer, LLM layer) pair and the Window Q-Former's rate, None by
+    # default; the checkpoint's: [[-19, 9], [-13, 6], [-7, 3], [-1, 0]] and "4/8" (here the last two
+    # vision layers into the two LLM layers)
+    "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "4/8"},
+    "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
+                       "indexer_budget": 4, "indexer_compress_ratio": 2},
+}
+
+
+#: Class defaults no checkpoint has, replaced (by ``model_type``, after shrinking), with the tester's
+#: choice. Kept to what the default cannot run at all.
+CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
+    # all layers Mamba by default: the model's own forward then asks its cache for a sequence length
+    # only attention layers know (get_seq_length raises); the checkpoints and tests/models/
+    # granitemoehybrid mix Mamba and attention layers
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # the adaptor's intermediate size must be the text model's hidden size // 4 (validate_architecture;
+    # the class's sub-config defaults: 1024 // 4), lowered alone it is 128
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
+    "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
+}
+
+
+#: The same for config classes without a ``model_type`` of their own (sub-configs), by class name.
+CHECKPOINT_CLASS_FIELDS: dict[str, dict[str, Any]] = {
+    # its rope index reads spatial_merge_size (the vision tower's, 2; the checkpoints' talker config has it)
+    "Qwen3OmniMoeTalkerConfig": {"spatial_merge_size": 2},
+}
+
+
+def _fill_class_fields(config, data: dict) -> None:
+    """CHECKPOINT_CLASS_FIELDS into ``data`` (a config's shrunk ``to_dict()``) at every level whose
+    config object (``config`` or a sub-config of it) is of a listed class."""
+    _fill_checkpoint_fields(data, CHECKPOINT_CLASS_FIELDS.get(type(config).__name__, {}))
+    for key, value in data.items():
+        if _is_config(value) and isinstance(key, str):
+            sub = vars(config).get(key)
+            if hasattr(sub, "to_dict") and hasattr(sub, "model_type"):
+                _fill_class_fields(sub, value)
+
+
+def _override(data: dict, fields: dict) -> None:
+    for key, value in fields.items():
+        if isinstance(value, dict) and _is_config(data.get(key)):
+            _override(data[key], value)
+        elif not isinstance(value, list) or not _is_natural(data.get("num_hidden_layers")) \
+                or len(value) == data["num_hidden_layers"]:  # a per-layer list only where it fits
+            data[key] = copy.deepcopy(value)
+
+
+def _fill_checkpoint_fields(data: dict, fields: dict) -> None:
+    for key, value in fields.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _fill_checkpoint_fields(data[key], value)
+        elif data.get(key) is None:
+            data[key] = copy.deepcopy(value)
 
 
 def _is_config(value: Any) -> bool:
@@ -164,7 +269,7 @@ class _Shrinker:
                 data[key] = self.shrink(value)
             elif isinstance(value, list) and value and all(_is_config(item) for item in value):
                 data[key] = [self.shrink(item) for item in value]
-            elif is_token_key(key):
+            elif is_token_key(key) and key not in _TOP_K:  # num_experts_per_token: a count, not an id
                 data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
             elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
                 data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
@@ -178,22 +283,35 @@ class _Shrinker:
             elif key in _WIDTH_LISTS and isinstance(value, list):
                 data[key] = [_lower(item, HIDDEN) for item in value]
             elif keep is not None and isinstance(value, list) and key not in ("id2label", "label2id"):
-                data[key] = self._per_layer(key, value, old_layers, keep)
+                data[key] = self._size_list(key, self._per_layer(key, value, old_layers, keep))
+            elif isinstance(value, list):
+                data[key] = self._size_list(key, value)
             else:
                 data[key] = self._scalar(key, value)
         if keep is not None:
             for key in layer_keys:
                 # several layer counts in one config (encoder/decoder): each becomes len(keep) or less
                 data[key] = min(data[key], len(keep)) if data[key] != old_layers else len(keep)
+            shared = original.get(_KV_SHARED)
+            if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
+                data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
+        _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
+        if keep is not None:
+            self._fix_per_layer_items(original, data, keep, old_layers)
+        _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
+        self._keep_derived_head_dim(original, data)
+        self._keep_index_head_rotary(original, data)
         self._fix_groups(data)
         self._fix_pixel_window(original, data)
         self._fix_pooled_image_tokens(data)
         self._fix_grid_pinpoints(original, data)
         self._fix_patch_count_maps(data)
         self._fix_feature_layers(data)
+        self._fix_adapter_feature_layers(original, data)
         self._fix_layer_index(data)
         self._fill_visual_ids(data)
+        self._fill_vocabulary_map(data)
         self._fix_merged_widths(original, data)
         self._fix_downsampled_window(original, data)
         return data
@@ -215,6 +333,29 @@ class _Shrinker:
         for key in sorted(data):
             if data[key] is None and is_visual_id_key(key):
                 data[key] = self.fresh_id()
+
+    def _fill_vocabulary_map(self, data: dict) -> None:
+        """Chameleon and Emu3 map their VQ-VAE's image codes to tokens through ``vocabulary_map``
+        (the tokenizer's vocabulary; None in the class, the model cannot be built without it). A map
+        like transformers' testers build: ``<image>`` (and Emu3's ``<|extra_200|>`` line end) and one
+        token per code of the codebook, lowered to VQ_CODES codes, all on free ids of the tiny
+        vocabulary, named as the model parses them."""
+        vq = data.get("vq_config")
+        size = next((key for key in ("num_embeddings", "codebook_size")
+                     if isinstance(vq, dict) and _is_natural(vq.get(key))), None)
+        if data.get("vocabulary_map", ...) is not None or size is None:
+            return
+        vq[size] = min(vq[size], VQ_CODES)
+        names = {"<image>": self.fresh_id(), "<|extra_200|>": self.fresh_id()}
+        for code in range(vq[size]):
+            if data.get("model_type") == "emu3":
+                name = f"<|visual token{code:06d}|>"
+            else:  # Chameleon: the code's digits as letters between IMGIMG and a last character
+                name = "IMGIMG" + "".join(chr(ord("A") + int(digit)) for digit in str(code)) + "Z"
+            names[name] = self.fresh_id()
+        data["vocabulary_map"] = names
+        if data.get("image_token_id", ...) is None:  # the class derives it from the map, unless passed None
+            data["image_token_id"] = names["<image>"]
 
     @staticmethod
     def _fix_layer_index(data: dict) -> None:
@@ -292,6 +433,22 @@ class _Shrinker:
                 data[key] = [max(index, -(count + 1)) if index < 0 else min(index, count) for index in layers]
 
     @staticmethod
+    def _fix_adapter_feature_layers(original: dict, data: dict) -> None:
+        """A ``vision_feature_layer`` list in a sibling of ``vision_config`` (Molmo 2's adapter config:
+        ``[24, 18]`` of 25 layers) indexes the vision layers: each keeps its distance from the last
+        layer, within the shrunk tower (``[1, 0]`` of 2)."""
+        vision, real = data.get("vision_config"), original.get("vision_config")
+        count = vision.get("num_hidden_layers") if isinstance(vision, dict) else None
+        real_count = real.get("num_hidden_layers") if isinstance(real, dict) else None
+        if not _is_natural(count) or not _is_natural(real_count) or count == 0:
+            return
+        for key, value in data.items():
+            layers = value.get("vision_feature_layer") if _is_config(value) and key != "vision_config" else None
+            if isinstance(layers, list) and layers and all(isinstance(index, int) for index in layers):
+                value["vision_feature_layer"] = [max(0, count - (real_count - index)) if index >= 0
+                                                 else max(index, -count) for index in layers]
+
+    @staticmethod
     def _fix_grid_pinpoints(original: dict, data: dict) -> None:
         """LLaVA-NeXT's ``image_grid_pinpoints`` are resolutions in pixels, tiled by tiles of the
         vision tower's ``image_size``: kept at the real 336-pixel scale over a 28-pixel tower, one image
@@ -347,6 +504,63 @@ class _Shrinker:
             data["window_size"] = rate * min(window // rate, 2)
 
     @staticmethod
+    def _keep_derived_head_dim(original: dict, data: dict) -> None:
+        """In a model whose attention assumes ``num_attention_heads * head_dim == hidden_size`` (BLT
+        computes its heads' width as ``hidden_size // num_heads``, Helium's ``o_proj`` takes
+        ``hidden_size`` inputs), a ``head_dim`` that is ``hidden_size // num_attention_heads`` in the
+        real config stays so. Lowered on its own it breaks the identity once the heads go down with
+        the kv heads (to 2, kept equal to them): 2 heads of 16 are 32 wide, not 64. Models whose
+        attention reads the config's ``head_dim`` throughout are left alone."""
+        if not any(_model_type_mentions(original.get("model_type"), text) for text in _HEADS_TIMES_HEAD_DIM):
+            return
+
+        def derived(level: dict):
+            hidden, heads, head_dim = (level.get(key) for key in ("hidden_size", "num_attention_heads", "head_dim"))
+            if all(_is_natural(value) and value > 0 for value in (hidden, heads, head_dim)):
+                return hidden, heads, head_dim
+            return None
+
+        before, after = derived(original), derived(data)
+        if before and after and before[0] == before[1] * before[2] and after[0] % after[1] == 0:
+            data["head_dim"] = after[0] // after[1]
+
+    def _fix_per_layer_items(self, original: dict, data: dict, keep: list[int], old_layers: int) -> None:
+        """Per-layer overrides (``per_layer_config``: Dots 3's sliding layers with 64 heads of their
+        own) are sizes like the level's: equal ones stay equal (kv heads == heads), and an MLA
+        ``head_dim`` that is ``qk_nope_head_dim + qk_rope_head_dim`` stays so, the level's values
+        filling in what an override leaves out. Only the overrides themselves change."""
+        for key, value in original.items():
+            if not (isinstance(value, dict) and _is_layer_dict(key, value, old_layers) and isinstance(data.get(key), dict)):
+                continue
+            real_items = {int(index): item for index, item in value.items()}
+            for new_index, item in data[key].items():
+                real = real_items.get(keep[int(new_index)])
+                if not isinstance(item, dict) or not isinstance(real, dict):
+                    continue
+                level = {name: item for name, item in data.items() if not isinstance(item, (dict, list))}
+                real_level = {name: item for name, item in original.items() if not isinstance(item, (dict, list))}
+                merged, real_merged = {**level, **item}, {**real_level, **real}
+                self._keep_equalities(real_merged, merged)
+                parts = ("head_dim", "qk_nope_head_dim", "qk_rope_head_dim")
+                if all(_is_natural(real_merged.get(name)) for name in parts) and all(_is_natural(merged.get(name)) for name in parts) \
+                        and real_merged["head_dim"] == real_merged["qk_nope_head_dim"] + real_merged["qk_rope_head_dim"]:
+                    merged["head_dim"] = merged["qk_nope_head_dim"] + merged["qk_rope_head_dim"]
+                for name, size in merged.items():
+                    if name in item or size != level.get(name):
+                        item[name] = size
+
+    @staticmethod
+    def _keep_index_head_rotary(original: dict, data: dict) -> None:
+        """A sparse-attention indexer's heads (``index_head_dim``: DeepSeek-V3.2, Dots 3) carry a
+        rotary part ``qk_rope_head_dim`` wide and a pass-through rest: lowered on their own (128 to 2,
+        kept equal to the 128 heads) they would be narrower than their rotary part (a split of
+        ``[4, -2]``). Kept as many rotary parts wide as in the real config."""
+        index, rope = original.get("index_head_dim"), original.get("qk_rope_head_dim")
+        new_index, new_rope = data.get("index_head_dim"), data.get("qk_rope_head_dim")
+        if all(_is_natural(value) and value > 0 for value in (index, rope, new_index, new_rope)) and index >= rope:
+            data["index_head_dim"] = max(new_index, new_rope * (index // rope))
+
+    @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:
         """Sizes equal in the real config stay equal (MLA's head_dim == qk_rope_head_dim,
         multi-head attention's kv heads == heads, ...): both take the smaller new value."""
@@ -371,20 +585,33 @@ class _Shrinker:
                 out[key] = self._scalar(key, item)
         return out
 
+    def _size_list(self, key, value: list) -> list:
+        """A list of sizes under a size name (per-stage widths and heads of a conv/Swin tower,
+        Florence-2's ``embed_dim`` ``[128, 256, 512, 1024]``; per-layer intermediate sizes, Gemma 3n's
+        ``intermediate_size``): each lowered like the single size."""
+        if not isinstance(key, str) or not value or not all(_is_natural(item) for item in value) \
+                or not any(key in names for names, _ in _SIZE_LIMITS):
+            return value
+        return [self._scalar(key, item) for item in value]
+
     def _scalar(self, key, value: Any) -> Any:
         if not isinstance(key, str):
             return value
+        if key in _BASE_CHANNELS:
+            return _lower(value, _BASE_CHANNELS[key])
         for names, limit in _SIZE_LIMITS:
             if key in names:
                 return _lower(value, limit)
-        if key == "vocab_size" or key.endswith("_vocab_size"):
+        if key == "vocab_size" or key.endswith(("_vocab_size", "_vocab")) or key.startswith("vocab_size_"):
+            # also hashed n-gram vocabularies (BLT's ``encoder_hash_byte_group_vocab``) and per-layer
+            # input vocabularies (Gemma 3n's ``vocab_size_per_layer_input``), indexed by the token ids
             return _lower(value, VOCAB)
         for names, limit in _MORE_SIZE_LIMITS:
             if key in names:
                 return _lower(value, limit)
         if key in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"):
             return _lower(value, 1)
-        if key == "n_group":
+        if key in ("n_group", "num_expert_group"):
             return _lower(value, 2)
         if key == "topk_group":
             return _lower(value, 1)
@@ -411,7 +638,22 @@ class _Shrinker:
                 keep.update(firsts.values())
             elif _is_index_list(key, value, old):
                 keep.add(value[0])
-        keep = sorted(keep)[:4]
+        # the last ``num_kv_shared_layers`` layers reuse the kv cache of the last earlier layer of
+        # their kind (Gemma 3n, Gemma 4): the first layer of every kind before and after that point
+        shared, needed = data.get(_KV_SHARED), set()
+        if _is_natural(shared) and 0 < shared < old:
+            types = data.get("layer_types")
+            types = types if isinstance(types, list) and len(types) == old else [None] * old
+            firsts = {}
+            for index, kind in enumerate(types):
+                firsts.setdefault((repr(kind), index >= old - shared), index)
+            needed = set(firsts.values())
+        for key, kinds in _TWICE.get(data.get("model_type"), {}).items():
+            value = data.get(key)
+            if isinstance(value, list) and len(value) == old:
+                for kind in kinds:
+                    needed.update([index for index, item in enumerate(value) if item == kind][:2])
+        keep = sorted(needed | set(sorted(keep - needed)[:max(0, 4 - len(needed))]))
         index = 0
         while len(keep) < min(2, old):
             if index not in keep:
@@ -425,6 +667,15 @@ class _Shrinker:
         if _is_index_list(key, value, old):
             return [keep.index(item) for item in value if item in keep] or [len(keep) - 1]
         return value
+
+    @staticmethod
+    def _mrope(data: dict, rope: dict) -> dict:
+        """``rope`` with its ``mrope_section`` summing to half the rotary dims: modeling files
+        default it to the real head_dim's [16, 24, 24]."""
+        head_dim = data.get("head_dim") if isinstance(data.get("head_dim"), int) else HEAD_DIM
+        factor = rope.get("partial_rotary_factor", data.get("partial_rotary_factor")) or 1.0
+        total = max(3, int(head_dim * factor) // 2)
+        return {**rope, "mrope_section": _rescale(rope.get("mrope_section") or [16, 24, 24], total, exact=True)}
 
     def _fix_groups(self, data: dict) -> None:
         hidden = data.get("hidden_size")
@@ -449,6 +700,16 @@ class _Shrinker:
             if all(isinstance(data.get(key), int) for key in (heads_key, dim_key, expand_key)) \
                     and isinstance(hidden, int) and (expand_key != "expand" or "n_groups" in data or "state_size" in data):
                 data[heads_key] = max(1, data[expand_key] * hidden // data[dim_key])
+        if any(key in data and data[key] is None for key in _EXPERTS) \
+                and any(_is_natural(data.get(key)) for key in _MOE_INTERMEDIATE):
+            # a MoE block whose counts the class leaves None (Dots1: ``n_routed_experts``,
+            # ``num_experts_per_tok``, ``n_shared_experts``; every checkpoint sets them)
+            for key in _EXPERTS:
+                if key in data and data[key] is None:
+                    data[key] = EXPERTS
+            for key in ("n_shared_experts", "num_shared_experts"):
+                if key in data and data[key] is None:
+                    data[key] = 1
         experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
         for key in _TOP_K:
             if key in data and data[key] is None and experts:
@@ -461,8 +722,9 @@ class _Shrinker:
             if isinstance(data.get(key), int) and heads and heads % data[key]:
                 data[key] = 1
         experts = next((data[key] for key in _EXPERTS if isinstance(data.get(key), int)), None)
-        if experts and isinstance(data.get("n_group"), int) and experts % data["n_group"]:
-            data["n_group"] = 1
+        for key in ("n_group", "num_expert_group"):
+            if experts and isinstance(data.get(key), int) and experts % data[key]:
+                data[key] = 1
         if isinstance(data.get("patch_size"), int) and isinstance(data.get("image_size"), int):
             # two merged patches a side: a pixel shuffle by `scale_factor` (Granite-Docling's vision
             # config) of a grid smaller than the factor would be 0 wide
@@ -481,15 +743,14 @@ class _Shrinker:
         if isinstance(data.get("vision_output_dim"), int) and isinstance(indices, list) and isinstance(data.get("hidden_size"), int):
             data["vision_output_dim"] = data["hidden_size"] * (len(indices) + 1)
         rope = data.get("rope_parameters")
-        if isinstance(rope, dict) and "rope_type" in rope and (self.mrope or "mrope_section" in rope
-                                                               or _model_type_mentions(data.get("model_type"), "mrope_section")):
-            # modeling files default mrope_section to the real head_dim's [16, 24, 24]; the sections
-            # must add up to half the rotary dims
-            head_dim = data.get("head_dim") if isinstance(data.get("head_dim"), int) else HEAD_DIM
-            factor = rope.get("partial_rotary_factor", data.get("partial_rotary_factor")) or 1.0
-            total = max(3, int(head_dim * factor) // 2)
-            data["rope_parameters"] = {**rope, "mrope_section": _rescale(rope.get("mrope_section") or [16, 24, 24],
-                                                                         total, exact=True)}
+        mrope = self.mrope or _model_type_mentions(data.get("model_type"), "mrope_section")
+        if isinstance(rope, dict) and "rope_type" in rope and (mrope or "mrope_section" in rope):
+            data["rope_parameters"] = self._mrope(data, rope)
+        elif isinstance(rope, dict) and rope and all(isinstance(item, dict) and "rope_type" in item or item is None
+                                                     for item in rope.values()) and mrope:
+            # per layer type (Cohere Compass: {"full_attention": {...}}), each with its own sections
+            data["rope_parameters"] = {kind: item if item is None else self._mrope(data, item)
+                                       for kind, item in rope.items()}
         for key in ("vision_feature_layer",):
             if isinstance(data.get(key), int) and data[key] > 1:
                 data[key] = 1
@@ -566,6 +827,7 @@ def shrink_config(config_class: type, **overrides):
     # mrope_section); the second pass shrinks those too.
     for _ in range(2):
         data = shrink_dict(config.to_dict(), mrope)
+        _fill_class_fields(config, data)
         for key in ("transformers_version", "architectures", "_name_or_path"):
             data.pop(key, None)
         data.update(overrides)
