@@ -34,6 +34,6 @@ def prepare_from_arguments(args):
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import prepare_trace
 
-    return prepare_trace(args.model_id, args.model_class, multimodal_data=args.multimodal,
+    return prepare_trace(args.model_class, args.model_id, multimodal_data=args.multimodal,
                          sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
                          extra_ignore=args.ignore, towers=args.towers)

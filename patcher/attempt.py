@@ -104,8 +104,8 @@ class TraceSetup:
 
 
 def prepare_trace(
-    model_id: str,
     model_class: str | type,
+    model_id: str,
     multimodal_data: bool = False,
     sequential_targets: Iterable[str | type] | str | type | None = None,
     ignore: Iterable[str | type] | str | type | None = None,
@@ -198,13 +198,13 @@ def _is_model_class(value) -> bool:
     return True
 
 
-def _in_cli_order(model_class, model_id):
+def in_cli_order(model_class, model_id, caller: str = "attempt_trace"):
     """``(model_class, model_id)``, swapping the arguments of a call in the old order
     (``attempt_trace(model_id, model_class)``) with a deprecation warning."""
     # model_id is asked first: for a usual MODEL_ID (a path, a config name) it is no class, and the
     # model class is then not imported (seconds) before the config is looked up (a typo is reported at once)
     if _is_model_class(model_id) and not _is_model_class(model_class):
-        warnings.warn("attempt_trace(model_id, model_class) is deprecated: pass the class first, as in "
+        warnings.warn(f"{caller}(model_id, model_class) is deprecated: pass the class first, as in "
                       "`patcher trace MODEL_CLASS MODEL_ID`", DeprecationWarning, stacklevel=3)
         return model_id, model_class
     return model_class, model_id
@@ -243,11 +243,11 @@ def attempt_trace(
     ...
     Successfully traced model into 33 subgraphs!
     """
-    model_class, model_id = _in_cli_order(model_class, model_id)
+    model_class, model_id = in_cli_order(model_class, model_id)
     targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     unused_inputs = input_names(unused_inputs, "unused_inputs")
     out = out or sys.stdout
-    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
+    setup = prepare_trace(model_class, model_id, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     for note in setup.notes:

@@ -17,7 +17,8 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # torch and transformers are imported on first use: `patcher --help` stays fast
     import torch
@@ -46,29 +47,40 @@ class UserInputError(ValueError):
     ``patcher CMD: error: <message>`` and exits 2, never a traceback."""
 
 
+def import_module_file(module_name: str, path: Path, execute: Callable[[ModuleType], None] | None = None) -> ModuleType:
+    """Import the Python file ``path`` as ``module_name``, once (``sys.modules`` caches it).
+
+    The module is registered before its code runs (so the code, dataclasses and pickling find it)
+    and removed again if running it fails, so a fixed file imports cleanly next time.
+    ``execute(module)`` runs instead of the whole file (``load_traceable`` of a user's script runs
+    only its definitions)."""
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        (execute or spec.loader.exec_module)(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def _load_file_class(path: Path, class_name: str) -> type:
     """``class_name`` from the Python file ``path`` (e.g. a ``patcher patch`` output)."""
     if not path.is_file():
         raise UserInputError(f"{path}: no such file; give FILE.py:ClassName or FOLDER:ClassName")
     safe_stem = re.sub(r"\W", "_", path.stem)
     module_name = f"_tracezoo_user_{safe_stem}_{abs(hash(str(path.resolve())))}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except SyntaxError as exc:
-            del sys.modules[module_name]
-            raise UserInputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}; fix the file or regenerate it "
-                                 "with patcher patch") from None
-        except ImportError as exc:
-            del sys.modules[module_name]
-            raise UserInputError(f"{path}: importing it failed: {exc}; install what it imports") from None
-        except BaseException:
-            del sys.modules[module_name]
-            raise
+    try:
+        module = import_module_file(module_name, path)
+    except SyntaxError as exc:
+        raise UserInputError(f"{path}:{exc.lineno}: syntax error: {exc.msg}; fix the file or regenerate it "
+                             "with patcher patch") from None
+    except ImportError as exc:
+        raise UserInputError(f"{path}: importing it failed: {exc}; install what it imports") from None
     value = getattr(module, class_name, None)
     if not isinstance(value, type):
         classes = [n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module_name]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -30,7 +29,7 @@ from types import ModuleType
 from typing import Any, Iterable, Mapping, Sequence
 
 from .files import write_atomic
-from .models import build_model, resolve_model_class
+from .models import build_model, import_module_file, resolve_model_class
 from .normalize import module_entries
 from .registry.ignore import resolve_ignore
 from .registry.locations import Location
@@ -71,17 +70,8 @@ def import_generated(code: str, stem: str, directory: Path | None = None, *,
     path = (directory or cache_root() / "generated") / f"{stem}_{digest}.py"
     if not path.is_file() or path.read_text(encoding="utf-8") != code:
         write_atomic(path, code)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        if user_module is None:
-            spec.loader.exec_module(module)
-        else:
-            _exec_definitions(code, path, module, user_module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
+    execute = None if user_module is None else (lambda module: _exec_definitions(code, path, module, user_module))
+    module = import_module_file(module_name, path, execute)
     return module if user_module is not None else adopt_library_loading(module)
 
 

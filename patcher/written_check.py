@@ -11,11 +11,11 @@ itself is imported and traced.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from .models import import_module_file
 
 
 @dataclass
@@ -50,17 +50,7 @@ def _import_file(path: Path):
     """Import ``path`` under a name unique to its content (a rewritten file is imported afresh)."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     module_name = f"_tracezoo_written_{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
+    return import_module_file(module_name, path)
 
 
 def _unpatched_submodules(model, module) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ def main() -> None:
         plan = None
         for _ in range(repeats + 1):
             start = time.perf_counter()
-            plan = plan_model(model_id, model_class, multimodal_data=multimodal, seq_len=2048, samples=512,
+            plan = plan_model(model_class, model_id, multimodal_data=multimodal, seq_len=2048, samples=512,
                               algorithm="gptq")
             times.append(time.perf_counter() - start)
         wall, user = cli_time(model_class, model_id, multimodal)

@@ -142,9 +142,9 @@ def test_the_default_sample_leaves_out_an_input_the_forward_cannot_take(tmp_path
     config = transformers.xLSTMConfig(vocab_size=64, hidden_size=16, embedding_dim=16, num_heads=2,
                                       num_hidden_layers=2, num_blocks=2)
     config.to_json_file(tmp_path / "config.json")
-    setup = prepare_trace(str(tmp_path / "config.json"), "xLSTMForCausalLM")
+    setup = prepare_trace("xLSTMForCausalLM", str(tmp_path / "config.json"))
     assert "attention_mask" not in setup.sample and "input_ids" in setup.sample
-    llama = prepare_trace("Meta-Llama-3-8B", "LlamaForCausalLM")
+    llama = prepare_trace("LlamaForCausalLM", "Meta-Llama-3-8B")
     assert "attention_mask" in llama.sample  # a model that takes it keeps it
     with pytest.raises(SampleInputError, match="'attention_mask', which xLSTMForCausalLM.forward does not name"):
         trace_subgraphs(setup.model, {**setup.sample, "attention_mask": setup.sample["input_ids"]},

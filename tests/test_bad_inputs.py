@@ -462,7 +462,7 @@ def _entry_point(name, model, sample, config_path):
         "trace_graph": lambda **kw: trace_graph(model, sample, **{**targets, **kw}),
         "attempt_trace": lambda **kw: attempt_trace("LlamaForCausalLM", config_path, out=io.StringIO(),
                                                     **{**targets, **kw}),
-        "plan_model": lambda **kw: plan_model(config_path, "LlamaForCausalLM", seq_len=8, samples=2,
+        "plan_model": lambda **kw: plan_model("LlamaForCausalLM", config_path, seq_len=8, samples=2,
                                               **{**targets, **kw}),
     }[name]
 
@@ -512,7 +512,7 @@ def test_api_module_class_and_single_string_are_one_entry(tiny_llama, tmp_path):
     assert [s.targets for s in ignored] == [s.targets for s in by_name]
     assert len(attempt_trace("LlamaForCausalLM", cfg(tmp_path), sequential_targets=LlamaDecoderLayer,
                              out=io.StringIO())) == 2
-    assert len(plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=8, samples=2,
+    assert len(plan_model("LlamaForCausalLM", cfg(tmp_path), seq_len=8, samples=2,
                           sequential_targets=[LlamaDecoderLayer]).subgraphs) == 2
 
     class Block(nn.Module):
@@ -556,6 +556,6 @@ def test_api_sample_too_large_is_refused_before_anything_is_allocated(tmp_path):
     from patcher.samples import text_sample
 
     with pytest.raises(ValueError, match=r"seq_len 100000000000 is 100000000000 tokens per batch.*limit is 16777216"):
-        plan_model(cfg(tmp_path), "LlamaForCausalLM", seq_len=10**11)
+        plan_model("LlamaForCausalLM", cfg(tmp_path), seq_len=10**11)
     with pytest.raises(ValueError, match=r"batch_size 10000000000 x seq_len 16 .*lower batch_size"):
         text_sample(load_config(cfg(tmp_path)), batch_size=10**10)

@@ -279,7 +279,7 @@ def test_the_cli_sample_has_the_image_tokens_the_model_makes(config_name, model_
     from patcher.models import build_model
 
     config = shrink_config(getattr(transformers, config_name))
-    setup = prepare_trace(_config_file(tmp_path, config, model_name), model_name, multimodal_data=True, device="cpu")
+    setup = prepare_trace(model_name, _config_file(tmp_path, config, model_name), multimodal_data=True, device="cpu")
     assert setup.notes == []
     torch.manual_seed(0)
     model = build_model(setup.model_class, config, device="cpu").eval()
@@ -409,3 +409,18 @@ def test_the_activation_peak_with_an_image_is_a_real_run_s():
     for predicted, measured in zip(plan.subgraphs, measured_peaks(model, subgraphs, sample), strict=True):
         assert measured / 1.05 <= predicted.intermediate_peak_bytes <= measured * 1.05, \
             (predicted.index, predicted.intermediate_peak_bytes, measured)
+
+
+def test_plan_model_takes_the_class_first_and_the_old_order_warns():
+    """plan_model, attempt_trace and prepare_trace take (model_class, model_id), the CLI's order."""
+    import warnings
+
+    from patcher.plan import plan_model
+
+    new = plan_model("LlamaForCausalLM", "Meta-Llama-3-8B", seq_len=8, samples=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=8, samples=2)
+    assert any(issubclass(w.category, DeprecationWarning) and "plan_model(model_id, model_class)" in str(w.message)
+               for w in caught)
+    assert old.to_dict() == new.to_dict()

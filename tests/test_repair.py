@@ -96,7 +96,7 @@ def _written_file_traces(path, class_name, config, multimodal) -> bool:
     from patcher.attempt import prepare_trace
     from patcher.trace import TracingError, trace_graph
 
-    setup = prepare_trace(str(config), f"{path}:{class_name}", multimodal_data=multimodal)
+    setup = prepare_trace(f"{path}:{class_name}", str(config), multimodal_data=multimodal)
     try:
         trace_graph(setup.model, setup.sample, setup.targets, setup.ignore)
     except TracingError:

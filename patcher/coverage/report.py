@@ -314,8 +314,3 @@ def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | Non
                "rows": [row.as_dict() for row in rows]}
     json_path.write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
     return md_path, json_path
-
-
-def read_rows(path: str | Path) -> list[CoverageRow]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [CoverageRow.from_dict(row) for row in data["rows"]]

@@ -8,7 +8,6 @@ from typing import Any, Iterable, Mapping
 from torch import fx, nn
 
 from ..normalize import positive_int
-from ..trace.errors import MissingInputError
 from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
@@ -37,8 +36,8 @@ class Subgraph:
     consumed_names: list[str]
     targets: list[str]
     modules: list[str]
+    record: TraceRecord = field(repr=False)
     constants: Mapping[str, Any] = field(repr=False, default_factory=dict)
-    record: TraceRecord | None = field(default=None, repr=False)
     #: modules whose train/eval mode this subgraph depends on (called modules and everything
     #: inside them, traced-through modules, modules passed by reference)
     mode_names: tuple[str, ...] = field(default=(), repr=False)
@@ -53,16 +52,8 @@ class Subgraph:
         Raises ``HookError`` when a module the tracer walked through got a hook after tracing:
         the graph inlined that module, so the hook would never run."""
         check_run_time(model, self.traced_through)
-        if self.record is not None:
-            self.record.check_subgraph_inputs(self.index, self.input_names, self.handed_names, inputs)
-            self.record.check_model(model, self.mode_names, f"subgraph {self.index}")
-        else:
-            missing = [name for name in self.input_names if name not in inputs]
-            if missing:
-                raise MissingInputError(
-                    f"subgraph {self.index} needs {', '.join(map(repr, missing))}, which the inputs do not have "
-                    "(an input given when tracing must be given when running)"
-                )
+        self.record.check_subgraph_inputs(self.index, self.input_names, self.handed_names, inputs)
+        self.record.check_model(model, self.mode_names, f"subgraph {self.index}")
         return self._run(model, inputs)
 
     def _run(self, model: nn.Module, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,9 +164,8 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
                             model, traced, target_names)
         )
     handed = frozenset(name for subgraph in subgraphs for name in (*subgraph.input_names, *subgraph.output_names))
-    traced_through = tuple(traced.record.children) if traced.record is not None else ()
+    traced_through = tuple(traced.record.children)
     for subgraph in subgraphs:
-        subgraph.record = traced.record
         subgraph.handed_names = handed
         subgraph.mode_names = _mode_names(model, subgraph, traced_through)
     return subgraphs
@@ -239,6 +229,7 @@ def _build_subgraph(index, nodes, partition_of, last_use, output_node, model, tr
         consumed_names=[value.name for value in inputs if last_use[value] <= index],
         targets=[str(node.target) for node in calls if node.target in target_names],
         modules=modules,
+        record=traced.record,
         constants=traced.constants,
         traced_through=traced.traced_through,
     )
@@ -288,23 +279,19 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     """
     subgraphs = subgraph_list(subgraphs, "run_subgraphs")
     record = subgraphs[0].record
-    if record is not None:
-        record.check_model_inputs(inputs, "run_subgraphs")
-        record.check_structure(model, "run_subgraphs")
-        check_run_time(model, subgraphs[0].traced_through)  # hooks the chain could not honour
-        inputs = {name: value for name, value in inputs.items() if name not in record.constants}
+    record.check_model_inputs(inputs, "run_subgraphs")
+    record.check_structure(model, "run_subgraphs")
+    check_run_time(model, subgraphs[0].traced_through)  # hooks the chain could not honour
+    inputs = {name: value for name, value in inputs.items() if name not in record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}
     for subgraph in subgraphs:
         step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
-        if subgraph.record is not None:
-            missing = [name for name in subgraph.input_names if name not in step]
-            if missing:
-                subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names, step)
-            subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
-            outputs = subgraph._run(model, step)
-        else:
-            outputs = subgraph.forward(model, **step)
+        missing = [name for name in subgraph.input_names if name not in step]
+        if missing:
+            subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names, step)
+        subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
+        outputs = subgraph._run(model, step)
         for name in subgraph.consumed_names:
             intermediates.pop(name, None)
         intermediates.update(outputs)

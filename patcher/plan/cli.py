@@ -70,7 +70,7 @@ def run_plan(args) -> int:
     from .report import format_plan, plan_model
 
     try:
-        plan = plan_model(args.model_id, args.model_class, batch_size=args.batch, seq_len=args.seq_len,
+        plan = plan_model(args.model_class, args.model_id, batch_size=args.batch, seq_len=args.seq_len,
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,
                           sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
                           extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph,

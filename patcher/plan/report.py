@@ -52,8 +52,8 @@ def format_plan(plan: MemoryPlan) -> str:
 
 
 def plan_model(
-    model_id: str,
     model_class: str | type,
+    model_id: str,
     *,
     batch_size: int = 1,
     seq_len: int = 2048,
@@ -79,11 +79,11 @@ def plan_model(
     ``TypeError``, a wrong value ``ValueError``, naming the argument, before the model is built
     (:mod:`patcher.normalize`).
 
-    >>> plan = plan_model("Meta-Llama-3-8B", "LlamaForCausalLM", seq_len=2048, samples=512, algorithm="gptq")
+    >>> plan = plan_model("LlamaForCausalLM", "Meta-Llama-3-8B", seq_len=2048, samples=512, algorithm="gptq")
     >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
     (33, 17842176)
     """
-    from ..attempt import prepare_trace
+    from ..attempt import in_cli_order, prepare_trace
     from ..normalize import input_names, positive_int, sample_shape
     from ..partition import trace_subgraphs
 
@@ -92,7 +92,8 @@ def plan_model(
     targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     unused_inputs = input_names(unused_inputs, "unused_inputs")
     # the sample on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
-    setup = prepare_trace(model_id, model_class, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
+    model_class, model_id = in_cli_order(model_class, model_id, "plan_model")
+    setup = prepare_trace(model_class, model_id, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
                           device="cpu", batch_size=batch_size, seq_len=seq_len)
     sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}

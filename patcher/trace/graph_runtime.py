@@ -45,20 +45,15 @@ class TracedGraph:
     graph: fx.Graph
     input_names: list[str]
     constants: dict[str, Any]
+    record: TraceRecord = field(repr=False)
     target_names: list[str] = field(default_factory=list)
-    record: TraceRecord | None = field(default=None, repr=False)
     traced_through: list[str] = field(default_factory=list)
     _forward: Any = field(default=None, repr=False)
 
     def forward(self, model: nn.Module, **inputs):
         check_run_time(model, self.traced_through)
-        if self.record is not None:
-            self.record.check_model_inputs(inputs, "TracedGraph.forward")
-            self.record.check_model(model, None, "TracedGraph.forward")
-        else:
-            missing = [name for name in self.input_names if name not in inputs]
-            if missing:
-                raise KeyError(f"the graph needs {', '.join(map(repr, missing))}, which the inputs do not have")
+        self.record.check_model_inputs(inputs, "TracedGraph.forward")
+        self.record.check_model(model, None, "TracedGraph.forward")
         if self._forward is None:
             self._forward = compile_graph(self.graph)
         return run_graph(self._forward, self.graph, GraphRoot(model, self.constants),

@@ -22,7 +22,7 @@ from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from ..normalize import input_names
-from ..registry.ignore import DEFAULT_IGNORE, TOWER_HELPERS, resolve_ignore  # noqa: F401 - re-exported
+from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message

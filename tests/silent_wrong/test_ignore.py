@@ -47,9 +47,9 @@ def test_a_single_string_is_one_ignore_entry(llama):
 
 
 def test_attempt_trace_path_treats_ignore_like_trace_subgraphs():
-    setup = prepare_trace("Meta-Llama-3-8B", "LlamaForCausalLM", ignore=None)
+    setup = prepare_trace("LlamaForCausalLM", "Meta-Llama-3-8B", ignore=None)
     assert setup.ignore == list(DEFAULT_IGNORE)
-    assert prepare_trace("Meta-Llama-3-8B", "LlamaForCausalLM", ignore=[]).ignore == []
-    single = prepare_trace("Meta-Llama-3-8B", "LlamaForCausalLM", ignore="create_causal_mask",
+    assert prepare_trace("LlamaForCausalLM", "Meta-Llama-3-8B", ignore=[]).ignore == []
+    single = prepare_trace("LlamaForCausalLM", "Meta-Llama-3-8B", ignore="create_causal_mask",
                            extra_ignore="get_rope_index")
     assert single.ignore == ["create_causal_mask", "get_rope_index"]
