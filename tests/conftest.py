@@ -1,6 +1,7 @@
 import os
 import sys
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -25,3 +26,20 @@ def pytest_generate_tests(metafunc):
     # A plain parameter, not a fixture: hypothesis tests may take it too.
     if "device" in metafunc.fixturenames:
         metafunc.parametrize("device", DEVICES)
+
+
+@pytest.fixture(scope="session")
+def coverage_row(tmp_path_factory):
+    """``check_architecture(name)``, once per test session: the image, video and audio slices of
+    the sweep share their rows (Qwen2-VL is in two of them) and one folder of generated files."""
+    from patcher.coverage import check_architecture
+
+    cache_dir = tmp_path_factory.mktemp("generated")
+    rows: dict = {}
+
+    def row(name: str):
+        if name not in rows:
+            rows[name] = check_architecture(name, cache_dir=cache_dir)
+        return rows[name]
+
+    return row

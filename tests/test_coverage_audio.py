@@ -34,23 +34,9 @@ AUDIO_FAILS = {
 }
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("generated")
-
-
-_ROWS: dict = {}
-
-
-def _row(name, cache_dir):
-    if name not in _ROWS:
-        _ROWS[name] = check_architecture(name, cache_dir=cache_dir)
-    return _ROWS[name]
-
-
 @pytest.mark.parametrize("name", list(WITH_AUDIO))
-def test_traces_with_audio_and_equals_eager(name, cache_dir):
-    row = _row(name, cache_dir)
+def test_traces_with_audio_and_equals_eager(name, coverage_row):
+    row = coverage_row(name)
     audio = row.audio
     assert row.built and audio is not None, (row.stage, row.error)
     assert audio.ran, (audio.stage, audio.error)
@@ -67,8 +53,8 @@ def test_traces_with_audio_and_equals_eager(name, cache_dir):
 
 
 @pytest.mark.parametrize("name", list(AUDIO_FAILS))
-def test_audio_failures_are_loud(name, cache_dir):
-    row = _row(name, cache_dir)
+def test_audio_failures_are_loud(name, coverage_row):
+    row = coverage_row(name)
     stage, where, _why = AUDIO_FAILS[name]
     assert row.audio is not None and row.audio.ran and row.audio.influence > MIN_AUDIO_INFLUENCE, row.audio
     assert not row.audio.equal and row.audio.stage == stage, row.audio

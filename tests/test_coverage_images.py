@@ -37,23 +37,9 @@ WITH_IMAGES = [
 NEED_IMAGES = {"Blip2ForConditionalGeneration"}
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("generated")
-
-
-_ROWS: dict = {}
-
-
-def _row(name, cache_dir):
-    if name not in _ROWS:
-        _ROWS[name] = check_architecture(name, cache_dir=cache_dir)
-    return _ROWS[name]
-
-
 @pytest.mark.parametrize("name", WITH_IMAGES)
-def test_traces_with_images_and_equals_eager(name, cache_dir):
-    row = _row(name, cache_dir)
+def test_traces_with_images_and_equals_eager(name, coverage_row):
+    row = coverage_row(name)
     images = row.multimodal
     assert row.built and images is not None, (row.stage, row.error)
     assert images.influence is not None and images.influence > MIN_IMAGE_INFLUENCE, images
@@ -107,10 +93,10 @@ WITHOUT_TOWER = {"FuyuForCausalLM"}
 
 
 @pytest.mark.parametrize("name", WITH_IMAGES)
-def test_vision_blocks_then_text_layers_equal_eager(name, cache_dir):
+def test_vision_blocks_then_text_layers_equal_eager(name, coverage_row):
     # The sweep's vision-blocks attempt: the tower's blocks (found like the decoder layers) and the
     # text layers in one chain, one subgraph per block, exact on both image layouts.
-    row = _row(name, cache_dir)
+    row = coverage_row(name)
     attempt = row.vision_blocks
     assert attempt is not None, (row.stage, row.error)
     if name in WITHOUT_TOWER:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from patcher.coverage import check_architecture
 from patcher.coverage.check import (
     MIN_IMAGE_INFLUENCE, NEEDS_IMAGES, Attempt, CoverageRow, _build, tensor_diff, with_other_pixels,
 )
@@ -23,23 +22,10 @@ WITH_VIDEO = [
     "InstructBlipVideoForConditionalGeneration",  # frames as pixel_values + Q-Former instruction; no text attempt
 ]
 
-_ROWS: dict = {}
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("generated")
-
-
-def _row(name, cache_dir):
-    if name not in _ROWS:
-        _ROWS[name] = check_architecture(name, cache_dir=cache_dir)
-    return _ROWS[name]
-
 
 @pytest.mark.parametrize("name", WITH_VIDEO)
-def test_traces_with_video_and_equals_eager(name, cache_dir):
-    row = _row(name, cache_dir)
+def test_traces_with_video_and_equals_eager(name, coverage_row):
+    row = coverage_row(name)
     video = row.video
     assert row.built and video is not None, (row.stage, row.error)
     assert video.ran and video.influence is not None and video.influence > MIN_IMAGE_INFLUENCE, video
