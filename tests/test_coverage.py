@@ -343,6 +343,17 @@ def test_shrinking_gives_image_placeholders_and_markers_left_none_free_ids():
     assert set(ids) <= special_tokens(config)  # so text samples never draw them
 
 
+@pytest.mark.parametrize("config_class", [transformers.Qwen2_5OmniThinkerConfig, transformers.Qwen3OmniMoeThinkerConfig])
+def test_shrinking_gives_the_omni_thinkers_their_vision_markers_in_the_tiny_vocabulary(config_class):
+    # the thinker's rope index reads config.vision_start_token_id, a field the class does not have
+    # (the checkpoints' thinker_config sets it): eager failed on every sample (issue 21)
+    config = shrink_config(config_class)
+    vocab = config.get_text_config().vocab_size
+    ids = [config.vision_start_token_id, config.vision_end_token_id, config.image_token_id, config.audio_start_token_id]
+    assert all(0 <= value < vocab for value in ids) and len(set(ids)) == len(ids), ids
+    assert set(ids) <= special_tokens(config)  # so text samples never draw them
+
+
 def test_shrinking_keeps_a_single_layer_index_inside_the_shrunk_stack():
     # MiniCPM-V's window merger runs after vision layer insert_layer_id (6, copied from the top level
     # into the vision config): past the shrunk tower it never ran, and that path went unchecked.

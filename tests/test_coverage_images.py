@@ -31,6 +31,9 @@ WITH_IMAGES = [
     "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
     "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
     "Blip2ForConditionalGeneration",           # Q-Former queries, pixel_values required: no text attempt
+    "Ernie4_5_VLMoeForConditionalGeneration",  # patch grid; h, w, t M-RoPE split from the modeling file (issue 21)
+    "Qwen2_5OmniThinkerForConditionalGeneration",  # patch grid, markers only checkpoints set (issue 21)
+    "Qwen3OmniMoeThinkerForConditionalGeneration",  # the same, MoE text model
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
@@ -53,11 +56,16 @@ def test_traces_with_images_and_equals_eager(name, coverage_row):
         assert row.text.ran and row.text.stage != NEEDS_IMAGES, row.text
 
 
-def test_a_text_failure_is_needs_images_only_where_the_image_sample_runs():
-    # Ernie 4.5-VL fails eager on the text and on the image sample alike (its position ids stack
-    # rows of unequal width): a build failure, never "needs images".
+def test_a_text_failure_is_needs_images_only_where_the_image_sample_runs(monkeypatch):
+    # Ernie 4.5-VL with the generic M-RoPE split (h and w sections of unequal width, which its rotary
+    # embedding stacks) fails eager on the text and on the image sample alike: a build failure,
+    # never "needs images".
+    from patcher.coverage import shrink
+
+    monkeypatch.delitem(shrink.CHECKPOINT_FIELDS, "ernie4_5_vl_moe_text")
     row = check_architecture("Ernie4_5_VL_MoeForConditionalGeneration")
     assert not row.built and row.text.stage == "eager" and row.multimodal.stage == "eager", row
+    assert "stack expects each tensor to be equal size" in row.text.error, row.text
 
 
 def test_needs_images_is_counted_apart_and_is_no_blocker():

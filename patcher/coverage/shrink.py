@@ -152,6 +152,14 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # default; the checkpoint's: [[-19, 9], [-13, 6], [-7, 3], [-1, 0]] and "4/8" (here the last two
     # vision layers into the two LLM layers)
     "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "4/8"},
+    # the rotary embedding stacks the h and w sections and needs them equal; the generic M-RoPE
+    # default ([16, 24, 24], t first) shrunk gave h 2, w 3. The modeling file's (and checkpoints') own
+    # split, h and w first, is rescaled to the tiny head
+    "ernie4_5_vl_moe_text": {"rope_parameters": {"mrope_section": [22, 22, 20]}},
+    # the thinker's rope index finds images by the marker before them (config.vision_start_token_id)
+    # and counts one after; the classes have no such fields, the checkpoints' thinker_config sets them
+    "qwen2_5_omni_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
@@ -295,7 +303,12 @@ class _Shrinker:
             shared = original.get(_KV_SHARED)
             if _is_natural(shared) and shared > 0:  # the kept layers at or after the first sharing one
                 data[_KV_SHARED] = sum(index >= old_layers - shared for index in keep)
-        _fill_checkpoint_fields(data, CHECKPOINT_FIELDS.get(data.get("model_type"), {}))
+        filled = CHECKPOINT_FIELDS.get(data.get("model_type"), {})
+        _fill_checkpoint_fields(data, filled)
+        for key in filled:  # token ids the checkpoints set: into the tiny vocabulary too
+            if is_token_key(key) and key not in _TOP_K and key in data:
+                data[key] = [self.remap(item) for item in data[key]] if isinstance(data[key], list) \
+                    else self.remap(data[key])
         if keep is not None:
             self._fix_per_layer_items(original, data, keep, old_layers)
         _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
