@@ -32,12 +32,17 @@ WITH_IMAGES = [
     "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
     "Blip2ForConditionalGeneration",           # Q-Former queries, pixel_values required: no text attempt
     "Ernie4_5_VLMoeForConditionalGeneration",  # patch grid; h, w, t M-RoPE split from the modeling file (issue 21)
+    "UdopForConditionalGeneration",            # page + a box per token, encoder-decoder, no tower (issue 21)
+    "Pix2StructForConditionalGeneration",      # flattened patches alone + their mask, encoder-decoder (issue 21)
+    "PPFormulaNetForConditionalGeneration",    # pixel_values alone, encoder-decoder (issue 21)
     "Qwen2_5OmniThinkerForConditionalGeneration",  # patch grid, markers only checkpoints set (issue 21)
     "Qwen3OmniMoeThinkerForConditionalGeneration",  # the same, MoE text model
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
-NEED_IMAGES = {"Blip2ForConditionalGeneration"}
+NEED_IMAGES = {"Blip2ForConditionalGeneration": "pixel_values", "UdopForConditionalGeneration": "Bbox",
+               "Pix2StructForConditionalGeneration": "flattened_patches",
+               "PPFormulaNetForConditionalGeneration": "pixel_values"}
 
 
 @pytest.mark.parametrize("name", WITH_IMAGES)
@@ -51,7 +56,7 @@ def test_traces_with_images_and_equals_eager(name, coverage_row):
     assert images.max_diff == 0.0 and images.reuse_diff == 0.0, images
     assert images.equal
     if name in NEED_IMAGES:
-        assert row.text.stage == NEEDS_IMAGES and not row.text.ran and "pixel_values" in row.text.error, row.text
+        assert row.text.stage == NEEDS_IMAGES and not row.text.ran and NEED_IMAGES[name] in row.text.error, row.text
     else:
         assert row.text.ran and row.text.stage != NEEDS_IMAGES, row.text
 
@@ -97,7 +102,8 @@ VISION_BLOCKS_FAIL = {
         "patcher cannot move while the tower's blocks are targets"),
 }
 #: VLMs whose patches reach the text model through a projection, with no tower of blocks to split.
-WITHOUT_TOWER = {"FuyuForCausalLM"}
+#: UDOP adds each patch embedding to the tokens whose box it holds, with no tower of blocks.
+WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration"}
 
 
 @pytest.mark.parametrize("name", WITH_IMAGES)
