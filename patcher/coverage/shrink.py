@@ -93,6 +93,8 @@ _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", 
 _INIT_STD = {"initializer_range", "init_std"}
 MIN_INIT_STD = 1e-3
 INIT_STD = 0.02
+#: convolution group counts (depthwise where they equal the hidden size: kept equal to it)
+_DEPTHWISE_GROUPS = {"upsample_groups"}
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 #: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
 _WIDTH_LISTS = {"downsample_channels"}
@@ -300,6 +302,7 @@ class _Shrinker:
             self._fix_per_layer_items(original, data, keep, old_layers)
         _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
+        self._keep_depthwise_groups(original, data)
         self._keep_derived_head_dim(original, data)
         self._keep_index_head_rotary(original, data)
         self._fix_groups(data)
@@ -571,6 +574,18 @@ class _Shrinker:
                 for second in sized:
                     if first < second and original[first] == original[second] and data[first] != data[second]:
                         data[first] = data[second] = min(data[first], data[second])
+
+    @staticmethod
+    def _keep_depthwise_groups(original: dict, data: dict) -> None:
+        """Convolution groups equal to the real hidden size (Mimi's depthwise ``upsample_groups``
+        512 over 512 channels) become the new hidden size: a conv's channels must stay divisible
+        by its groups ("in_channels must be divisible by groups")."""
+        hidden, new_hidden = original.get("hidden_size"), data.get("hidden_size")
+        if not _is_natural(hidden) or not _is_natural(new_hidden) or not new_hidden:
+            return
+        for key, value in original.items():
+            if key.endswith("_groups") and key in _DEPTHWISE_GROUPS and value == hidden:
+                data[key] = new_hidden
 
     def _shrink_plain_dict(self, value: dict) -> dict:
         out = {}
