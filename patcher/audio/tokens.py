@@ -41,7 +41,7 @@ def fill_audio_ids(config, cls=None) -> list[str]:
     if cls is not None and audio_input(cls) is None:
         return []
     filled = []
-    vocab = config.get_text_config().vocab_size
+    vocab = config.get_text_config(decoder=True).vocab_size  # MusicGen: a text encoder and a decoder
     used = special_tokens(config)
     for name in TOKEN_FIELDS:
         if name in config.to_dict() and getattr(config, name, None) is None:

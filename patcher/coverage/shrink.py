@@ -43,6 +43,7 @@ _WIDTH = {
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
     "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
     "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
+    "cross_hidden_size",  # Dia's decoder: the width of the encoder states it cross-attends to
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -55,13 +56,15 @@ _HEADS = {
     "encoder_attention_heads", "attention_heads", "encoder_num_attention_heads", "index_n_heads",
     "linear_num_value_heads", "mamba_n_heads",
     "decoder_num_attention_heads",  # Moonshine
+    "cross_num_attention_heads",  # Dia
 }
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "linear_num_key_heads",
              "n_head_kv", "num_kv_groups",
-             "encoder_num_key_value_heads", "decoder_num_key_value_heads"}  # Moonshine
+             "encoder_num_key_value_heads", "decoder_num_key_value_heads",  # Moonshine
+             "cross_num_key_value_heads"}  # Dia
 _HEAD_DIM = {"head_dim", "rotary_dim", "mamba_headdim", "linear_head_dim", "rotary_emb_dim", "attention_head_dim",
              "kv_channels", "v_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "d_kv", "d_head", "mamba_d_head", "attention_head_size",
-             "global_head_dim"}
+             "global_head_dim", "cross_head_dim"}
 _HALF_HEAD_DIM = {"qk_rope_head_dim", "qk_nope_head_dim"}
 _INTERMEDIATE = {
     "intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff", "ffn_hidden_size",
@@ -154,6 +157,10 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # default; the checkpoint's: [[-19, 9], [-13, 6], [-7, 3], [-1, 0]] and "4/8" (here the last two
     # vision layers into the two LLM layers)
     "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "4/8"},
+    # the decoder's attention reads num_key_value_heads, a field the top-level config class lacks
+    # (only its encoder config has one; the checkpoints' config.json sets it); its attention views
+    # the queries with num_key_value_heads too, so it must equal the heads (no grouping)
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
