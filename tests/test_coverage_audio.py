@@ -18,6 +18,8 @@ WITH_AUDIO = {
     "MoonshineForConditionalGeneration": True,    # raw waveform input_values, two lengths
     "Speech2TextForConditionalGeneration": True,  # (B, T, mel) features, two lengths
     "MoonshineStreamingForConditionalGeneration": True,  # num_key_value_heads filled (== heads)
+    "VoxtralRealtimeForConditionalGeneration": True,  # no placeholder: one text token per audio feature
+    "ClvpModelForConditionalGeneration": True,    # the clip next to ordinary text; 2 heads of 32 for its rotary
     # audio-text LMs: audio placeholder tokens counted by the model's own get_audio_features
     "VoxtralForConditionalGeneration": False,     # audio_token_id left None by the class: a free id
     "AudioFlamingo3ForConditionalGeneration": False,  # input_features_mask, fewer valid frames on layout 2

@@ -176,6 +176,9 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # the adaptor's intermediate size must be the text model's hidden size // 4 (validate_architecture;
     # the class's sub-config defaults: 1024 // 4), lowered alone it is 128
     "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # the rotary part of a head is at least 32 dims (ClvpRotaryPositionalEmbedding: max(projection_dim
+    # // (heads * 2), 32)); 4 heads of 16 dims are too narrow for it, 2 heads of 32 fit
+    "clvp_encoder": {"num_attention_heads": 2},
     # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
     "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
 }

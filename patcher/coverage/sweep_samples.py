@@ -82,6 +82,23 @@ def _codebook_layout(config, sample: dict, draw, pool) -> None:
             sample[name] = codes[torch.randint(len(codes), (batch, config.num_codebooks, seq), generator=generator)]
 
 
+#: Classes whose encoder takes only embeddings, never token ids (the config cannot tell: the same
+#: config builds the full model, which takes ids): SeamlessM4T's text-to-unit model reads the text
+#: decoder's hidden states ("You cannot pass input_ids to the encoder of the text_to_units model").
+EMBEDS_ONLY = {"SeamlessM4TTextToUnitForConditionalGeneration"}
+
+
+def with_encoder_embeds(model, sample: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``sample`` with ``input_ids`` replaced by ``inputs_embeds`` (seeded, unit scale, the model's
+    hidden width) for a class of :data:`EMBEDS_ONLY`; other classes' samples unchanged."""
+    if model is None or type(model).__name__ not in EMBEDS_ONLY or "input_ids" not in sample:
+        return sample
+    ids = sample.pop("input_ids")
+    generator = torch.Generator().manual_seed(seed + 104729)
+    sample["inputs_embeds"] = torch.randn(*ids.shape, model.config.hidden_size, generator=generator)
+    return sample
+
+
 def coverage_multimodal_sample(config, *, batch_size: int, seq_len: int, left_padding: int = 0,
                                seed: int = 0, **layout) -> dict[str, Any]:
     """``multimodal_sample`` with a seeded generator; ``layout``: ``num_images``, ``image_size``,
