@@ -133,7 +133,7 @@ CODEBOOK_ROWS = {
     "MusicgenForCausalLM": "equal",                     # (batch * num_codebooks, seq) input_ids
     "MusicgenMelodyForCausalLM": "equal",
     "MusicgenMelodyForConditionalGeneration": "equal",  # + text-encoder input_ids (text_sample)
-    "MusicgenForConditionalGeneration": "weights",
+    "MusicgenForConditionalGeneration": "equal",       # + its __init__'s relative import made absolute
     "DiaForConditionalGeneration": "equal",             # (batch, seq, channels); cross_* sizes shrunk
     "KyutaiSpeechToTextForConditionalGeneration": "equal",  # (batch, seq, 1 + codebooks); Mimi groups
     "MoshiForConditionalGeneration": "trace",           # two audio-code streams; Mimi groups
