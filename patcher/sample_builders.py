@@ -54,7 +54,10 @@ def text_sample(
     :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens in all (else ``TypeError``/``ValueError``,
     before anything is allocated)."""
     batch_size, seq_len = sample_shape(batch_size, seq_len)
-    vocab_size = config.get_text_config().vocab_size
+    try:
+        vocab_size = config.get_text_config().vocab_size
+    except ValueError:  # a text encoder and a text decoder (MusicGen): input_ids go to the encoder
+        vocab_size = config.get_text_config(encoder=True).vocab_size
     input_ids = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)
     attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long)
     if left_padding:

@@ -57,6 +57,8 @@ MUST_BE_EQUAL = [
     "Gemma3nForCausalLM",
     "HeliumForCausalLM",
     "ZambaForCausalLM",
+    # an encoder that takes only embeddings: inputs_embeds for input_ids (sweep_samples.EMBEDS_ONLY)
+    "SeamlessM4TTextToUnitForConditionalGeneration",
 ]
 MULTIMODAL = {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"}
 

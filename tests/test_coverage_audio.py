@@ -17,6 +17,9 @@ WITH_AUDIO = {
     "WhisperForConditionalGeneration": True,      # fixed 2 * max_source_positions frames, (B, mel, T)
     "MoonshineForConditionalGeneration": True,    # raw waveform input_values, two lengths
     "Speech2TextForConditionalGeneration": True,  # (B, T, mel) features, two lengths
+    "MoonshineStreamingForConditionalGeneration": True,  # num_key_value_heads filled (== heads)
+    "VoxtralRealtimeForConditionalGeneration": True,  # no placeholder: one text token per audio feature
+    "ClvpModelForConditionalGeneration": True,    # the clip next to ordinary text; 2 heads of 32 for its rotary
     # audio-text LMs: audio placeholder tokens counted by the model's own get_audio_features
     "VoxtralForConditionalGeneration": False,     # audio_token_id left None by the class: a free id
     "AudioFlamingo3ForConditionalGeneration": False,  # input_features_mask, fewer valid frames on layout 2
@@ -121,3 +124,30 @@ def test_shrinking_keeps_a_downsampled_window_a_multiple_of_the_rate():
 
     config = shrink_config(GraniteSpeechConfig)
     assert config.window_size % config.downsample_rate == 0 and config.window_size // config.downsample_rate >= 1
+
+
+#: Audio-code models that build since issue 21, and how far their text attempt gets: "equal", or
+#: the stage where it stops, loudly. What made each build:
+CODEBOOK_ROWS = {
+    # token ids laid out as forward takes codebooks (patcher.coverage.sweep_samples._codebook_layout)
+    "MusicgenForCausalLM": "equal",                     # (batch * num_codebooks, seq) input_ids
+    "MusicgenMelodyForCausalLM": "equal",
+    "MusicgenMelodyForConditionalGeneration": "equal",  # + text-encoder input_ids (text_sample)
+    "MusicgenForConditionalGeneration": "equal",       # + its __init__'s relative import made absolute
+    "DiaForConditionalGeneration": "equal",             # (batch, seq, channels); cross_* sizes shrunk
+    "KyutaiSpeechToTextForConditionalGeneration": "equal",  # (batch, seq, 1 + codebooks); Mimi groups
+    "MoshiForConditionalGeneration": "trace",           # two audio-code streams; Mimi groups
+    "CsmForConditionalGeneration": "trace",             # Mimi's upsample_groups follow hidden_size
+}
+
+
+@pytest.mark.parametrize("name", list(CODEBOOK_ROWS))
+def test_codebook_models_build(name, coverage_row):
+    row = coverage_row(name)
+    assert row.built, (row.stage, row.error, row.error_location)
+    text = row.text
+    assert text.ran, (text.stage, text.error)
+    if CODEBOOK_ROWS[name] == "equal":
+        assert text.traced and text.equal, (text.stage, text.error)
+    else:
+        assert not text.equal and text.stage == CODEBOOK_ROWS[name] and text.error, text

@@ -61,7 +61,11 @@ def audio_config(config):
 
 
 def mel_bins(config) -> int:
-    for owner in (audio_config(config), config):
+    """The mel bins of the audio tower's config, else of the config, else of any other sub-config
+    (CLVP's conditioning encoder reads ``decoder_config.feature_size``)."""
+    others = [getattr(config, name) for name in getattr(config, "sub_configs", {}) or {}
+              if hasattr(getattr(config, name, None), "to_dict")]
+    for owner in (audio_config(config), config, *others):
         for name in MEL_FIELDS:
             value = getattr(owner, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:

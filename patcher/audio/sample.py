@@ -29,6 +29,8 @@ from .tokens import audio_token_id, run_audio_path
 #: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
 #: windows of 100 frames), waveform samples
 CLIP_LENGTHS = {"features": (100, 200), "waveform": (4000, 6400)}
+#: the factor of the fallback free length (see :func:`clip_inputs`)
+LONGER = 4
 
 
 def fixed_length(config) -> int | None:
@@ -67,6 +69,9 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
     tries = [(CLIP_LENGTHS[kind][layout], CLIP_LENGTHS[kind][layout])]
     if fixed is not None:
         tries.append((fixed, fixed if layout == 0 else (3 * fixed) // 4))
+    # a free length the tower refuses (Voxtral Realtime folds 4 frames after its stride-2 conv into
+    # one feature: 100 frames give 50): four times as long, tried last
+    tries.append((LONGER * tries[0][0], LONGER * tries[0][0]))
     first_error = None
     for length, valid in tries:
         state = generator.get_state()
@@ -94,25 +99,53 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
     inputs, total = clip_inputs(model, layout, batch_size, generator, dtype)
     accepted = set(forward_names(model))
     sample: dict[str, Any] = {}
-    if total is None:  # an encoder-decoder: the decoder reads text, the encoder the clip
+    if total is None and not getattr(config, "is_encoder_decoder", False):
+        # the clip next to ordinary text, no placeholders (CLVP: the clip conditions the text)
+        sample["input_ids"], sample["attention_mask"] = place_spans(
+            text_pool(config), pad_token_id(config), batch_size, seq_len, [], left_padding, generator)
+    elif total is None:  # an encoder-decoder: the decoder reads text, the encoder the clip
         sample["decoder_input_ids"] = decoder_rows(config, batch_size, seq_len, generator)
     else:
         token = audio_token_id(config)
-        if token is None:
-            raise ValueError(f"{config.model_type}: the config names no audio_token_id, so there is no placeholder "
-                             "to put audio features at")
         if total == 0 or total % batch_size:
             raise ValueError(f"{type(model).__name__}'s audio path gave {total} features for {batch_size} clips of "
                              "one length: cannot tell the count per clip")
-        span = [token] * (total // batch_size)
-        pool = text_pool(config)
-        pool = pool[pool != token]
-        sample["input_ids"], sample["attention_mask"] = place_spans(
-            pool, pad_token_id(config), batch_size, seq_len, [span], left_padding, generator)
+        if token is None:
+            # no placeholder: the audio features are added to the text embeddings position by
+            # position (Voxtral Realtime's streaming), so the text is as long as the features
+            sample.update(_added_audio_text(model, inputs, total // batch_size, batch_size, left_padding, generator))
+        else:
+            span = [token] * (total // batch_size)
+            pool = text_pool(config)
+            pool = pool[pool != token]
+            sample["input_ids"], sample["attention_mask"] = place_spans(
+                pool, pad_token_id(config), batch_size, seq_len, [span], left_padding, generator)
     sample.update(inputs)
     sample = {key: value for key, value in sample.items() if key in accepted}
     sample = _without_a_mask_forward_refuses(model, sample, mask_input(model))
     return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in sample.items()}
+
+
+def _added_audio_text(model, inputs: dict[str, Any], length: int, batch_size: int, left_padding: int,
+                      generator) -> dict[str, torch.Tensor]:
+    """``input_ids`` of ordinary tokens, one per audio feature, and their ``attention_mask``, for a
+    model with no audio placeholder; checked by running ``model`` on them with the clip (else the
+    config names no placeholder to put audio features at)."""
+    config = model.config
+    pool = text_pool(config)
+    ids = pool[torch.randint(len(pool), (batch_size, length), generator=generator)]
+    mask = torch.ones(batch_size, length, dtype=torch.long)
+    mask[0, :min(left_padding, length - 1)] = 0
+    sample = {"input_ids": ids, "attention_mask": mask}
+    extra = {"use_cache": False} if "use_cache" in forward_names(model) else {}
+    try:
+        with torch.no_grad():
+            model(**sample, **inputs, **extra)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{config.model_type}: the config names no audio_token_id, so there is no placeholder to put "
+                         f"audio features at (and {length} text tokens, one per audio feature, did not run: "
+                         f"{type(exc).__name__}: {exc})") from None
+    return sample
 
 
 def _without_a_mask_forward_refuses(model, sample: dict[str, Any], mask: str | None) -> dict[str, Any]:

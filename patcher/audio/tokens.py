@@ -41,7 +41,7 @@ def fill_audio_ids(config, cls=None) -> list[str]:
     if cls is not None and audio_input(cls) is None:
         return []
     filled = []
-    vocab = config.get_text_config().vocab_size
+    vocab = config.get_text_config(decoder=True).vocab_size  # MusicGen: a text encoder and a decoder
     used = special_tokens(config)
     for name in TOKEN_FIELDS:
         if name in config.to_dict() and getattr(config, name, None) is None:
@@ -97,7 +97,8 @@ def _features(output: Any):
 def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
     """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
     how many text-width features all clips yield together (None for an encoder-decoder, whose
-    decoder takes no audio tokens). Raises when the path rejects the clip."""
+    decoder takes no audio tokens, and for a model that takes the clip next to its text, with no
+    audio path of its own to count features: CLVP). Raises when the path rejects the clip."""
     method = _method(model, "get_audio_features")
     if method is not None:
         # get_audio_features names the mask as forward does (input_features_mask), or plainly
@@ -125,5 +126,16 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
         if mask and mask in inputs:
             clip["attention_mask"] = inputs[mask]
         _call(encoder.forward, clip)
+        return None
+    from .inputs import forward_names
+
+    if "input_ids" in forward_names(model):
+        # the clip conditions the model next to its own text (CLVP's conditioning encoder puts the
+        # mel embeddings before the text's): run the whole model on the clip and a few text tokens
+        from ..images.tokens import text_pool
+
+        pool = text_pool(model.config)
+        ids = pool[torch.arange(4) % len(pool)].expand(inputs[name].shape[0], -1)
+        _call(model.forward, {**inputs, "input_ids": ids})
         return None
     raise ValueError(f"{type(model).__name__}: no get_audio_features, audio_tower or encoder to run the clip through")

@@ -414,8 +414,12 @@ def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
 
         return audio_samples(model, seed)
     if mode == "text":
-        return [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1, seed=seed),
-                coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2, seed=seed + 1)]
+        from .sweep_samples import with_encoder_embeds
+
+        return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
+                                                                 seed=seed), seed),
+                with_encoder_embeds(model, coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2,
+                                                                 seed=seed + 1), seed + 1)]
     if mode == "video":
         # one video per row; the second sample has other frames (count, size); the third is the
         # first with another video, so the traced chain must follow eager where only the video

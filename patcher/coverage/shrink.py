@@ -43,6 +43,7 @@ _WIDTH = {
     "text_embed_dim", "vision_embed_dim", "cross_attention_hidden_size", "proj_dim", "mm_hidden_size",
     "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
     "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
+    "cross_hidden_size",  # Dia's decoder: the width of the encoder states it cross-attends to
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
@@ -55,13 +56,15 @@ _HEADS = {
     "encoder_attention_heads", "attention_heads", "encoder_num_attention_heads", "index_n_heads",
     "linear_num_value_heads", "mamba_n_heads",
     "decoder_num_attention_heads",  # Moonshine
+    "cross_num_attention_heads",  # Dia
 }
 _KV_HEADS = {"num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num", "linear_num_key_heads",
              "n_head_kv", "num_kv_groups",
-             "encoder_num_key_value_heads", "decoder_num_key_value_heads"}  # Moonshine
+             "encoder_num_key_value_heads", "decoder_num_key_value_heads",  # Moonshine
+             "cross_num_key_value_heads"}  # Dia
 _HEAD_DIM = {"head_dim", "rotary_dim", "mamba_headdim", "linear_head_dim", "rotary_emb_dim", "attention_head_dim",
              "kv_channels", "v_head_dim", "index_head_dim", "linear_key_head_dim", "linear_value_head_dim", "d_kv", "d_head", "mamba_d_head", "attention_head_size",
-             "global_head_dim"}
+             "global_head_dim", "cross_head_dim"}
 _HALF_HEAD_DIM = {"qk_rope_head_dim", "qk_nope_head_dim"}
 _INTERMEDIATE = {
     "intermediate_size", "ffn_dim", "n_inner", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff", "ffn_hidden_size",
@@ -93,6 +96,8 @@ _OFFSET = {"attn_layer_offset", "expert_layer_offset", "first_k_dense_replace", 
 _INIT_STD = {"initializer_range", "init_std"}
 MIN_INIT_STD = 1e-3
 INIT_STD = 0.02
+#: convolution group counts (depthwise where they equal the hidden size: kept equal to it)
+_DEPTHWISE_GROUPS = {"upsample_groups"}
 _RATIO_TO_HIDDEN = {"attention_hidden_size", "embedding_dim"}
 #: lists of per-stage widths (DeepSeek-OCR's SAM neck: its last entry is the CLIP tower's width)
 _WIDTH_LISTS = {"downsample_channels"}
@@ -160,6 +165,10 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     # and counts one after; the classes have no such fields, the checkpoints' thinker_config sets them
     "qwen2_5_omni_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
     "qwen3_omni_moe_thinker": {"vision_start_token_id": 151652, "vision_end_token_id": 151653},
+    # the decoder's attention reads num_key_value_heads, a field the top-level config class lacks
+    # (only its encoder config has one; the checkpoints' config.json sets it); its attention views
+    # the queries with num_key_value_heads too, so it must equal the heads (no grouping)
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
     "qwen4_exp_text": {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM,
                        "indexer_budget": 4, "indexer_compress_ratio": 2},
 }
@@ -175,6 +184,9 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # the adaptor's intermediate size must be the text model's hidden size // 4 (validate_architecture;
     # the class's sub-config defaults: 1024 // 4), lowered alone it is 128
     "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},
+    # the rotary part of a head is at least 32 dims (ClvpRotaryPositionalEmbedding: max(projection_dim
+    # // (heads * 2), 32)); 4 heads of 16 dims are too narrow for it, 2 heads of 32 fit
+    "clvp_encoder": {"num_attention_heads": 2},
     # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
     "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
 }
@@ -313,6 +325,7 @@ class _Shrinker:
             self._fix_per_layer_items(original, data, keep, old_layers)
         _override(data, CHECKPOINT_OVERRIDES.get(data.get("model_type"), {}))
         self._keep_equalities(original, data)
+        self._keep_depthwise_groups(original, data)
         self._keep_derived_head_dim(original, data)
         self._keep_index_head_rotary(original, data)
         self._fix_groups(data)
@@ -584,6 +597,18 @@ class _Shrinker:
                 for second in sized:
                     if first < second and original[first] == original[second] and data[first] != data[second]:
                         data[first] = data[second] = min(data[first], data[second])
+
+    @staticmethod
+    def _keep_depthwise_groups(original: dict, data: dict) -> None:
+        """Convolution groups equal to the real hidden size (Mimi's depthwise ``upsample_groups``
+        512 over 512 channels) become the new hidden size: a conv's channels must stay divisible
+        by its groups ("in_channels must be divisible by groups")."""
+        hidden, new_hidden = original.get("hidden_size"), data.get("hidden_size")
+        if not _is_natural(hidden) or not _is_natural(new_hidden) or not new_hidden:
+            return
+        for key, value in original.items():
+            if key.endswith("_groups") and key in _DEPTHWISE_GROUPS and value == hidden:
+                data[key] = new_hidden
 
     def _shrink_plain_dict(self, value: dict) -> dict:
         out = {}

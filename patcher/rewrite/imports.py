@@ -30,8 +30,10 @@ class AbsoluteImports(cst.CSTTransformer):
         self.unresolved: list[cst.ImportFrom] = []
 
     def apply(self, module: cst.Module) -> cst.Module:
-        """Rewrites the imports among the module's statements (top level, and inside top-level
-        `if`/`try` blocks such as `if TYPE_CHECKING:`); visiting only those keeps this cheap."""
+        """Rewrites the imports among the module's statements (top level, inside `if`/`try`
+        blocks such as `if TYPE_CHECKING:`, and inside classes and functions: MusicGen's
+        ``__init__`` imports ``from ..auto.modeling_auto import AutoModelForTextEncoding``);
+        only statement lists are walked, never expressions, which keeps this cheap."""
         body = [self._statement(stmt) for stmt in module.body]
         return module.with_changes(body=body) if self.changed else module
 
@@ -40,7 +42,8 @@ class AbsoluteImports(cst.CSTTransformer):
             if any(isinstance(s, cst.ImportFrom) and s.relative for s in stmt.body):
                 return stmt.visit(self)
             return stmt
-        if isinstance(stmt, (cst.If, cst.Try, cst.With)) or type(stmt).__name__ in ("Else", "ExceptHandler", "Finally"):
+        if isinstance(stmt, (cst.If, cst.Try, cst.With, cst.ClassDef, cst.FunctionDef, cst.For, cst.While)) \
+                or type(stmt).__name__ in ("Else", "ExceptHandler", "Finally"):
             changes = {}
             body = getattr(stmt, "body", None)
             if isinstance(body, cst.IndentedBlock):

@@ -52,6 +52,26 @@ def test_header_and_manifest():
     json.dumps(r.manifest)  # JSON-able
 
 
+def test_relative_imports_inside_classes_and_functions_are_made_absolute():
+    # MusicGen's __init__ imports AutoModelForTextEncoding relatively: left as is, the patched file
+    # (outside the package) failed with "attempted relative import with no known parent package"
+    src = textwrap.dedent(
+        """\
+        import torch
+
+
+        class M(torch.nn.Module):
+            def __init__(self, encoder=None):
+                super().__init__()
+                if encoder is None:
+                    from ..auto.modeling_auto import AutoModel
+        """
+    )
+    r = patch_source(src, module_name="toys.toy.modeling_toy")
+    assert "from toys.auto.modeling_auto import AutoModel" in split_header(r.code)[1]
+    assert r.manifest["imports_made_absolute"] == 1
+
+
 def test_header_is_added_even_without_rewrites():
     src = "import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
     r = patch_source(src)
