@@ -27,6 +27,8 @@ def is_token_key(key) -> bool:
     if is_visual_id_key(key):
         return True
     key = key.lower()
+    if key.startswith("num_") or key.endswith("_per_token"):
+        return False  # a count (num_experts_per_token, num_image_tokens), never an id
     return "token" in key and (key.endswith("_id") or key.endswith("_ids") or key.endswith("_index")
                                or key.endswith("_idx") or key.endswith("token"))
 

@@ -439,3 +439,12 @@ def test_markdown_has_one_line_per_modality_fed():
     assert lines[1].startswith("- video: built 0, traced 0, equal 0 (of 1")
     assert lines[2].startswith(f"- audio: built 1, traced {int(equal.traced)}, equal {int(equal.equal)} (of 1")
     assert "Per modality" not in markdown([CoverageRow("C", built=True, text=Attempt("text", ran=True))])
+
+
+def test_counts_named_like_tokens_are_not_token_ids():
+    """`num_experts_per_token` (Bailing, Kimi-Linear: 8) is a count; taken for an id, the shrinker kept
+    it at 8 of 4 experts and the samples never drew token 8."""
+    from patcher.config_tokens import is_token_key
+
+    assert not is_token_key("num_experts_per_token") and not is_token_key("num_image_tokens")
+    assert is_token_key("pad_token_id") and is_token_key("image_token_index") and is_token_key("eos_token")

@@ -289,7 +289,7 @@ class _Shrinker:
                 data[key] = self.shrink(value)
             elif isinstance(value, list) and value and all(_is_config(item) for item in value):
                 data[key] = [self.shrink(item) for item in value]
-            elif is_token_key(key) and key not in _TOP_K:  # num_experts_per_token: a count, not an id
+            elif is_token_key(key):
                 data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
             elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
                 data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
