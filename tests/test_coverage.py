@@ -448,3 +448,19 @@ def test_counts_named_like_tokens_are_not_token_ids():
 
     assert not is_token_key("num_experts_per_token") and not is_token_key("num_image_tokens")
     assert is_token_key("pad_token_id") and is_token_key("image_token_index") and is_token_key("eos_token")
+
+
+def test_overall_line_counts_every_input_and_unbuilt_samples_as_not_equal():
+    from patcher.coverage.check import Attempt, CoverageRow
+    from patcher.coverage.report import overall_line
+
+    equal = dict(ran=True, traced=True, equal=True, subgraphs=3, expected=3)
+    text_only = CoverageRow("A", built=True, text=Attempt("text", **equal))
+    with_images = CoverageRow("B", built=True, text=Attempt("text", **equal), multimodal=Attempt("multimodal", **equal))
+    # the image sample could not be built: the row is no answer for images, so it is not equal
+    unfed = CoverageRow("C", built=True, text=Attempt("text", **equal),
+                        multimodal=Attempt("multimodal", stage="sample", blocker_kind="ValueError", error="no size"))
+    unequal = CoverageRow("D", built=True, text=Attempt("text", ran=True, traced=True, stage="compare", max_diff=1.0))
+    unbuilt = CoverageRow("E", built=False)
+    line = overall_line([text_only, with_images, unfed, unequal, unbuilt])
+    assert line.startswith("Equal on every input: 2 of 5 (40%)"), line

@@ -84,6 +84,23 @@ def audio_share(rows: list[CoverageRow]) -> str:
             f"equal {len(equal)}")
 
 
+def equal_on_every_input(row: CoverageRow) -> bool:
+    """Built, nothing stopped any of its attempts (text, images, video, audio), and at least one of
+    them is equal to eager. A modality whose sample could not be built or does not reach the logits
+    stops the row: an input the sweep could not feed is no answer for that input."""
+    attempts = [row.text, row.multimodal, getattr(row, "video", None), getattr(row, "audio", None)]
+    return row.built and blocker(row) is None and any(a is not None and a.equal for a in attempts)
+
+
+def overall_line(rows: list[CoverageRow]) -> str:
+    """``equal on every input: X of N (P%)``: the share of all architectures, not of the built ones."""
+    equal = sum(equal_on_every_input(row) for row in rows)
+    return (f"Equal on every input: {equal} of {len(rows)} ({_pct(equal, len(rows))}) are built, and every "
+            "attempt the sweep made on them (text, images, video, audio) is equal to eager; a "
+            "row whose image, video or audio sample could not be built, or did not reach the logits, counts "
+            "as not equal.")
+
+
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
     """``; vision blocks: X of Y exact (N without a tower)``: of the VLMs whose image sample works
     and that have a vision tower of blocks (Y), those whose chain of vision blocks + text layers
@@ -248,7 +265,7 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
               "multimodal", "vision blocks", "video", "audio", "blocker", "where", "rewrites"]
-    lines = ["# tracezoo coverage", "", summary(rows), ""]
+    lines = ["# tracezoo coverage", "", summary(rows), "", overall_line(rows), ""]
     per_modality = modality_lines(rows)
     if per_modality:
         lines += ["Per modality:", "", *per_modality, ""]
@@ -304,7 +321,7 @@ def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | Non
     out.mkdir(parents=True, exist_ok=True)
     md_path, json_path = out / "coverage.md", out / "coverage.json"
     md_path.write_text(generated_header() + markdown(rows, elapsed), encoding="utf-8")
-    payload = {"summary": summary(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
+    payload = {"summary": summary(rows), "overall": overall_line(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
                                                                  **image_text_to_text(rows)},
                "elapsed_s": elapsed, **(meta or {}),
                "top_blockers": [{"blocker": key, "count": number, "examples": examples}
