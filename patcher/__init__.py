@@ -14,8 +14,8 @@ _LAZY = {
     "trace_subgraphs": "partition",
     "find_tower_blocks": "towers", "find_towers": "towers",
     **{name: "trace" for name in (
-        "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "MissingInputError",
-        "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
+        "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "LeafOutputError",
+        "MissingInputError", "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
         "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError", "TrainingModeError",
         "UnknownInputError", "UntraceableCodeError", "trace_graph")},
     # how a model collection (the zoo) registers itself: see patcher.plugins
@@ -57,6 +57,7 @@ __all__ = [
     "DroppedInputError",
     "HookError",
     "InputMismatchError",
+    "LeafOutputError",
     "MissingInputError",
     "MissingTargetsError",
     "ModelMismatchError",

@@ -165,39 +165,36 @@ def test_construct_in_shared_transformers_code_names_the_modeling_call_to_keep_o
     assert "--ignore create_masks_for_vision_model" in message
 
 
-class _PairLayer(nn.Module):
-    """Returns ``(hidden, None)``, as XLNet's layers do without a target mapping."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 4)
+class _SecondItemOnlyForPositiveSums(nn.Module):
+    """Returns ``(hidden, None)`` for a negative sum, ``(hidden, 2 * hidden)`` otherwise: the trace
+    follows the sample's structure, and the graph's check refuses the other one when it runs."""
 
     def forward(self, hidden):
-        return self.linear(hidden), None
+        return hidden, (None if bool(hidden.sum() < 0) else 2 * hidden)
 
 
 class _TestsTheSecondItem(nn.Module):
     def __init__(self):
         super().__init__()
-        self.layer = _PairLayer()
+        self.layer = _SecondItemOnlyForPositiveSums()
         self.dropout = nn.Dropout(0.0)
 
     def forward(self, input_ids):
         first, second = self.layer(input_ids.float())[:2]
-        return {"logits": self.dropout(second if second is not None else first)}  # decided on a proxy
+        return {"logits": self.dropout(second if second is not None else first)}
 
 
 def test_an_error_raised_by_graph_code_at_run_time_names_the_node_and_the_model_line():
-    from patcher import run_subgraphs
+    from patcher import LeafOutputError, run_subgraphs
 
     model = _TestsTheSecondItem().eval()
     sample = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
-    subgraphs = trace_subgraphs(model, sample, ["_PairLayer"])
-    with pytest.raises(TypeError, match="not NoneType") as info:
-        run_subgraphs(model, subgraphs, sample)
-    line = _TestsTheSecondItem.forward.__code__.co_firstlineno + 2
+    subgraphs = trace_subgraphs(model, sample, ["_SecondItemOnlyForPositiveSums"])
+    with pytest.raises(LeafOutputError, match="returned") as info:
+        run_subgraphs(model, subgraphs, {"input_ids": -sample["input_ids"]})
+    line = _TestsTheSecondItem.forward.__code__.co_firstlineno + 1
     note = "\n".join(getattr(info.value, "__notes__", []))
-    assert "raised while running subgraph 1, by its node `dropout`" in note, note
+    assert "raised while running subgraph 1, by its node `leaf_output_checked`" in note, note
     assert f"test_errors.py:{line} in forward()" in note
     assert info.value.graph_source == (__file__, line)
 

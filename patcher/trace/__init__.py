@@ -4,6 +4,7 @@ from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
     HookError,
     InputMismatchError,
+    LeafOutputError,
     MissingInputError,
     MissingTargetsError,
     ModelMismatchError,
@@ -25,6 +26,7 @@ __all__ = [
     "DroppedInputError",
     "HookError",
     "InputMismatchError",
+    "LeafOutputError",
     "MissingInputError",
     "OutputCaptureError",
     "MissingTargetsError",

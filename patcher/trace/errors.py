@@ -98,3 +98,15 @@ class OutputCaptureError(TracingError):
         super().__init__(message)
         self.key = key
         self.module = module
+
+
+class LeafOutputError(TracingError):
+    """A module the graph calls as a whole returned another structure when the graph ran than
+    when it was traced (an item ``None`` that was not, or the reverse): the traced code decided on
+    that structure, so the graph would compute what another input computes."""
+
+    def __init__(self, message: str, module: str, found: str, traced: str):
+        super().__init__(message)
+        self.module = module
+        self.found = found
+        self.traced = traced

@@ -135,9 +135,8 @@ def run_graph(forward, graph: fx.Graph, root: "GraphRoot", inputs: list[Any], wh
     it calls, whose frames already point at model code) gets a note naming the node and the
     model-code line it was traced from, and ``graph_source`` = ``(file, line)`` for reports.
 
-    XLNet's layers return ``(output_h, None)``: while tracing, a layer kept whole is one value, so
-    ``output_g if output_g is not None else output_h`` took ``output_g``, and the chain fails in
-    ``dropout(None)``; without the note the traceback ends in torch, far from that line.
+    Without the note, an error raised by an operation of the graph (``dropout(None)`` on a value
+    that was a proxy while tracing) ends its traceback in torch, far from the model line it came from.
     """
     try:
         return forward(root, *inputs)

@@ -36,6 +36,15 @@ from .errors import (
     UntraceableCodeError,
 )
 from .influence import eager_ignores
+from .leaf_outputs import (
+    VALUE,
+    Items,
+    eager_leaf_outputs,
+    holds_none,
+    leaf_output_checked,
+    read_as_container,
+    structured,
+)
 from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
 from .hooks import (
     check_leaf_output_capture,
@@ -61,11 +70,18 @@ class TracingProxy(fx.Proxy):
 class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
-    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str]):
+    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
+                 leaf_outputs: Mapping[nn.Module, list[Any]] | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         self.traced_modules = traced_modules
         self.target_names = target_names
+        # what each call of a leaf returned in eager, in call order (see leaf_outputs.py)
+        self.leaf_outputs = leaf_outputs or {}
+        self._leaf_calls: dict[nn.Module, int] = {}
+        # nodes made to hand on a leaf's output item by item, and whether a node kept unread still checks
+        # something the trace decided on
+        self._structure_nodes: list[tuple[fx.Node, bool]] = []
         self.constants: dict[str, Any] = {}
         self.module_path_stack: list[str] = []
         self.failed_module_path: str | None = None
@@ -98,6 +114,7 @@ class SequentialTracer(fx.Tracer):
             output = super().call_module(module, forward, args, kwargs)
             if module not in self.traced_modules:
                 replay_hidden_state_capture(module, args, output, self._record_call)
+                output = self._as_in_eager(module, name, output)
             return output
         except Exception:
             # The stack unwinds before the error is explained: remember the innermost module.
@@ -109,6 +126,37 @@ class SequentialTracer(fx.Tracer):
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
+
+    def _as_in_eager(self, module: nn.Module, name: str, output: fx.Proxy) -> Any:
+        """The leaf call's graph value in the structure eager returned for this call (a tuple with
+        None where eager had None), checked when the graph runs; the value itself where unknown."""
+        calls = self.leaf_outputs.get(module)
+        if not calls:
+            return output
+        index = self._leaf_calls[module] = self._leaf_calls.get(module, -1) + 1
+        structure = calls[index] if index < len(calls) else VALUE
+        if structure == VALUE:
+            return output
+        checked = self.create_proxy("call_function", leaf_output_checked, (output, name, structure), {})
+        self._structure_nodes.append((checked.node, holds_none(structure)))
+        return structured(structure, checked, self._read_item)
+
+    def _read_item(self, value: fx.Proxy, index: int) -> fx.Proxy:
+        item = value[index]
+        self._structure_nodes.append((item.node, False))
+        return item
+
+    def drop_unread_items(self, graph: fx.Graph) -> None:
+        """Remove the item reads nobody used, and the checks of structures without None that
+        nothing reads (every item of those was a graph value anyway)."""
+        for node, decided_on in reversed(self._structure_nodes):
+            if node.users or decided_on:
+                continue
+            references = [value for value in node.all_input_nodes if value.op == "get_attr"]
+            graph.erase_node(node)
+            for reference in references:
+                if not reference.users:
+                    graph.erase_node(reference)
 
     # -- values ------------------------------------------------------------------------
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict):
@@ -185,6 +233,8 @@ class SequentialTracer(fx.Tracer):
     def create_arg(self, a: Any):
         if isinstance(a, fx.Proxy):
             return a.node
+        if isinstance(a, Items):  # by reference: fx would rebuild a dataclass from its fields
+            return self._reference(a)
         if isinstance(a, torch.device):
             node = self._device_arg(a)
             if node is not None:
@@ -523,21 +573,35 @@ def trace_graph(
             omittable.add(flag)
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
-    tracer = SequentialTracer(model, traced_modules, set(targets))
     check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
     check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
-    tracer.traced_func_name = "_tracezoo_root_forward"
-    with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-            traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
-        try:
-            graph = tracer.trace(model)
-        except Exception as exc:  # every failure gets a source location when one exists
-            raise _explain(exc, model, tracer) from exc
-        # Leaves run later, reading their attributes then: a write made while tracing is undone
-        # below, so the graph would silently run them in the state from before the write.
-        leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+
+    def traced(leaf_outputs=None):
+        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs)
+        tracer.traced_func_name = "_tracezoo_root_forward"
+        with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
+                traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
+            try:
+                graph = tracer.trace(model)
+            except Exception as exc:  # every failure gets a source location when one exists
+                raise _explain(exc, model, tracer) from exc
+            # Leaves run later, reading their attributes then: a write made while tracing is undone
+            # below, so the graph would silently run them in the state from before the write.
+            changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+        tracer.drop_unread_items(graph)
+        return tracer, graph, changes
+
+    tracer, graph, leaf_changes = traced()
+    # Items read from a leaf's output were each one graph value, also where eager has None: decided
+    # on, they take the branch eager does not. Known from one eager run, the trace is redone with them.
+    containers = [model.get_submodule(node.target) for node in graph.find_nodes(op="call_module")
+                  if read_as_container(node)]
+    if containers and not leaf_changes:
+        leaf_outputs = eager_leaf_outputs(model, sample_input, fixed, dict.fromkeys(containers))
+        if leaf_outputs and any(structure != VALUE for calls in leaf_outputs.values() for structure in calls):
+            tracer, graph, leaf_changes = traced(leaf_outputs)
     if leaf_changes:
         raise StateChangeError(
             f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
