@@ -151,3 +151,54 @@ def test_codebook_models_build(name, coverage_row):
         assert text.traced and text.equal, (text.stage, text.error)
     else:
         assert not text.equal and text.stage == CODEBOOK_ROWS[name] and text.error, text
+
+
+def _tiny(name: str):
+    from patcher.audio import fill_audio_ids
+    from patcher.coverage.check import _build
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import resolve_model_class
+
+    cls = resolve_model_class(name)
+    config = shrink_config(cls.config_class)
+    fill_audio_ids(config, cls)
+    return _build(cls, config, 0)
+
+
+def test_a_waveform_is_a_whole_number_of_features_where_the_tower_folds_samples():
+    # Muse Spark folds prod(patch_sizes) samples into one feature and refuses any other length
+    from patcher.audio import build_audio_sample
+
+    model = _tiny("MuseSparkForConditionalGeneration")
+    stride = 1
+    for size in model.config.audio_config.patch_sizes:
+        stride *= size
+    lengths = [build_audio_sample(model, batch_size=1, layout=layout)["input_values"].shape[-1] for layout in (0, 1)]
+    assert all(length % stride == 0 for length in lengths) and lengths[0] < lengths[1], (lengths, stride)
+
+
+def test_a_required_audio_argument_forward_defaults_to_none_is_given_none():
+    # MOSS's inner get_audio_features requires padding_mask, which its forward passes on as None
+    from patcher.audio import build_audio_sample
+
+    model = _tiny("MossTranscribeDiarizeForConditionalGeneration")
+    sample = build_audio_sample(model, batch_size=2, seq_len=8, left_padding=1)
+    placeholders = (sample["input_ids"] == model.config.audio_token_id).sum()
+    with torch.no_grad():
+        features = model.get_audio_features(sample["input_features"], sample["input_features_mask"],
+                                            padding_mask=None).pooler_output
+    assert placeholders == features.shape[0] > 0
+
+
+def test_a_noisy_audio_path_is_sampled_deterministically():
+    # VibeVoice ASR adds sigma-VAE noise unless sample=False; its tokenizer takes (clips, 1, samples)
+    # and a padding_mask over samples
+    from patcher.audio import build_audio_sample
+
+    model = _tiny("VibeVoiceAsrForConditionalGeneration")
+    sample = build_audio_sample(model, batch_size=2, seq_len=8)
+    assert sample["sample"] is False and sample["input_values"].dim() == 3
+    assert sample["padding_mask"].shape == (2, sample["input_values"].shape[-1])
+    with torch.no_grad():
+        first, second = model(**sample).logits, model(**sample).logits
+    torch.testing.assert_close(first, second, rtol=0, atol=0)

@@ -21,12 +21,13 @@ import torch
 FEATURE_INPUTS = ("input_features", "audio_input_features")
 WAVEFORM_INPUTS = ("input_values",)
 #: forward arguments holding the clip's frame mask (1 on real frames)
-MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention_mask", "input_values_mask")
+MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention_mask", "input_values_mask",
+               "padding_mask")
 #: sub-configs that describe the audio tower, nearest first
 AUDIO_CONFIGS = ("audio_config", "encoder_config", "speech_config", "audio_encoder_config")
 #: config fields giving the width of one feature frame (mel bins)
 MEL_FIELDS = ("num_mel_bins", "input_feat_per_channel", "feature_size", "n_mels", "input_size", "input_dim",
-              "num_mel_filters")
+              "num_mel_filters", "num_chroma", "d_model")
 
 
 def forward_names(model_or_cls) -> list[str]:
@@ -60,12 +61,17 @@ def audio_config(config):
     return config
 
 
+def _sub_configs(config) -> list:
+    return [getattr(config, name) for name in getattr(config, "sub_configs", {}) or {}
+            if hasattr(getattr(config, name, None), "to_dict")]
+
+
 def mel_bins(config) -> int:
     """The mel bins of the audio tower's config, else of the config, else of any other sub-config
-    (CLVP's conditioning encoder reads ``decoder_config.feature_size``)."""
-    others = [getattr(config, name) for name in getattr(config, "sub_configs", {}) or {}
-              if hasattr(getattr(config, name, None), "to_dict")]
-    for owner in (audio_config(config), config, *others):
+    (CLVP's conditioning encoder reads ``decoder_config.feature_size``), else of the audio config's
+    own sub-configs (Nemotron transcribe: ``audio_config.asr_config.num_mel_bins``)."""
+    audio = audio_config(config)
+    for owner in (audio, config, *_sub_configs(config), *(_sub_configs(audio) if audio is not config else [])):
         for name in MEL_FIELDS:
             value = getattr(owner, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -82,5 +88,28 @@ def feature_variants(config, clips: int, frames: int, generator: torch.Generator
     return [features, features.transpose(1, 2).contiguous()]
 
 
-def waveform(clips: int, samples: int, generator: torch.Generator, dtype) -> torch.Tensor:
-    return (0.1 * torch.randn(clips, samples, generator=generator)).to(dtype)
+def waveform_variants(clips: int, samples: int, generator: torch.Generator, dtype) -> list[torch.Tensor]:
+    """One waveform batch in the two arrangements towers take: ``(clips, samples)`` first, then
+    ``(clips, 1, samples)`` (a channel axis: VibeVoice's convolutional tokenizers); the same values."""
+    values = (0.1 * torch.randn(clips, samples, generator=generator)).to(dtype)
+    return [values, values.unsqueeze(1)]
+
+
+#: audio-config fields whose product is the number of waveform samples one audio feature covers
+#: (a tower that refuses a clip that is no whole number of features: Muse Spark)
+STRIDE_FIELDS = ("patch_sizes", "downsampling_ratios")
+
+
+def samples_per_feature(config) -> int:
+    """How many waveform samples the audio tower folds into one feature (1 when the config does
+    not say): clip lengths are rounded to a multiple of it."""
+    owners = [audio_config(config), config, *_sub_configs(config)]
+    for owner in owners:
+        for name in STRIDE_FIELDS:
+            value = getattr(owner, name, None)
+            if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and v > 0 for v in value):
+                product = 1
+                for v in value:
+                    product *= v
+                return product
+    return 1

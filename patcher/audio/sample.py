@@ -18,12 +18,14 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
 from ..images.tokens import decoder_rows, pad_token_id, place_spans, text_pool
-from .inputs import FEATURE_INPUTS, audio_config, audio_input, feature_variants, forward_names, mask_input, waveform
+from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_variants, forward_names, mask_input,
+                     samples_per_feature, waveform_variants)
 from .tokens import audio_token_id, run_audio_path
 
 #: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
@@ -43,7 +45,17 @@ def fixed_length(config) -> int | None:
 def _clip(config, name: str, clips: int, length: int, generator, dtype) -> list[torch.Tensor]:
     if name in FEATURE_INPUTS:
         return feature_variants(config, clips, length, generator, dtype)
-    return [waveform(clips, length, generator, dtype)]
+    return waveform_variants(clips, length, generator, dtype)
+
+
+def _whole_features(length: int, stride: int, layout: int) -> int:
+    """``length`` rounded up to whole features of ``stride`` samples; layout 1 stays longer than
+    layout 0 (another number of audio tokens)."""
+    if stride <= 1:
+        return length
+    first = -(-CLIP_LENGTHS["waveform"][0] // stride) * stride
+    rounded = -(-length // stride) * stride
+    return rounded if layout == 0 else max(rounded, first + stride)
 
 
 def _mask(clips: int, length: int, valid: int) -> torch.Tensor:
@@ -66,7 +78,10 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
     fixed = fixed_length(config)
     # (length, valid frames): a free length; else the fixed one, fully real on the first layout
     # and three quarters real on the second (another number of audio tokens)
-    tries = [(CLIP_LENGTHS[kind][layout], CLIP_LENGTHS[kind][layout])]
+    free = CLIP_LENGTHS[kind][layout]
+    if kind == "waveform":
+        free = _whole_features(free, samples_per_feature(config), layout)
+    tries = [(free, free)]
     if fixed is not None:
         tries.append((fixed, fixed if layout == 0 else (3 * fixed) // 4))
     # a free length the tower refuses (Voxtral Realtime folds 4 frames after its stride-2 conv into
@@ -121,9 +136,23 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
             sample["input_ids"], sample["attention_mask"] = place_spans(
                 pool, pad_token_id(config), batch_size, seq_len, [span], left_padding, generator)
     sample.update(inputs)
+    sample.update(deterministic_flags(model))
     sample = {key: value for key, value in sample.items() if key in accepted}
     sample = _without_a_mask_forward_refuses(model, sample, mask_input(model))
     return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in sample.items()}
+
+
+#: forward flags that draw random noise into the audio path when left at their default (VibeVoice's
+#: sigma-VAE ``sample=True`` adds Gaussian noise to the acoustic latents): eager would differ from
+#: itself run to run, so the sample turns them off, as a calibration run would
+NOISE_FLAGS = {"sample": False}
+
+
+def deterministic_flags(model) -> dict[str, bool]:
+    """The :data:`NOISE_FLAGS` the model's ``forward`` takes with a boolean default of the other value."""
+    parameters = inspect.signature(model.forward).parameters
+    return {name: value for name, value in NOISE_FLAGS.items()
+            if name in parameters and isinstance(parameters[name].default, bool) and parameters[name].default != value}
 
 
 def _added_audio_text(model, inputs: dict[str, Any], length: int, batch_size: int, left_padding: int,

@@ -94,18 +94,42 @@ def _features(output: Any):
     return output
 
 
+def _with_forward_defaults(model, method, clip: dict[str, Any]):
+    """``method`` ready to count features on ``clip``: a parameter it requires that the clip lacks is
+    given the default the model's ``forward`` gives it (None: forward hands None on when the user
+    passes nothing, as MOSS's ``padding_mask``). None when a required input has no such default
+    (Music Flamingo's ``input_ids``, read for the audio placeholders this count is for): the count
+    then comes from the tower."""
+    forward = inspect.signature(model.forward).parameters
+    # the head's method often hands **kwargs on to the inner model's, which names what it requires
+    inner = getattr(getattr(model, "model", None), "get_audio_features", None)
+    required = dict(inspect.signature(method).parameters)
+    if callable(inner) and inner is not method:
+        required.update(inspect.signature(inner).parameters)
+    for name, parameter in required.items():
+        if parameter.default is not inspect.Parameter.empty or name in clip or parameter.kind in (
+                inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
+            continue
+        if name == "input_ids" or name not in forward or forward[name].default is not None:
+            return None
+        clip[name] = None
+    return method
+
+
 def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
     """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
     how many text-width features all clips yield together (None for an encoder-decoder, whose
     decoder takes no audio tokens, and for a model that takes the clip next to its text, with no
     audio path of its own to count features: CLVP). Raises when the path rejects the clip."""
     method = _method(model, "get_audio_features")
+    clip = dict(inputs)
     if method is not None:
         # get_audio_features names the mask as forward does (input_features_mask), or plainly
-        clip = dict(inputs)
         parameters = inspect.signature(method).parameters
         if mask and mask in clip and mask not in parameters and "attention_mask" in parameters:
             clip["attention_mask"] = clip[mask]
+        method = _with_forward_defaults(model, method, clip)
+    if method is not None:
         features = _features(_call(method, clip))
         width = model.get_input_embeddings().embedding_dim
         items = list(features) if isinstance(features, (list, tuple)) else [features]
@@ -113,8 +137,10 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
     tower = audio_tower(model)
     if tower is not None:
         value = inputs[name]
+        # the tower reads the frame mask where it takes one (Music Flamingo's input_features_mask)
+        takes_mask = mask and mask in inputs and mask in inspect.signature(tower.forward).parameters
         with torch.no_grad():
-            tower(value)
+            tower(value, **({mask: inputs[mask]} if takes_mask else {}))
         lengths = (inputs[mask].sum(-1) if mask and mask in inputs
                    else torch.full((value.shape[0],), value.shape[-1], dtype=torch.long))
         counted = tower._get_feat_extract_output_lengths(lengths)
@@ -125,7 +151,14 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
         clip = {name: inputs[name]}
         if mask and mask in inputs:
             clip["attention_mask"] = inputs[mask]
-        _call(encoder.forward, clip)
+        try:
+            _call(encoder.forward, clip)
+        except (TypeError, ValueError):
+            # the head maps the clip onto its encoder's input itself (Pop2Piano hands its
+            # input_features to the T5 encoder as inputs_embeds): run the whole model on it
+            start = getattr(model.config, "decoder_start_token_id", None) or 0
+            decoder = torch.full((inputs[name].shape[0], 1), int(start), dtype=torch.long)
+            _call(model.forward, {**inputs, "decoder_input_ids": decoder})
         return None
     from .inputs import forward_names
 
