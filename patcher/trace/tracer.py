@@ -46,6 +46,7 @@ from .hooks import (
 )
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
+from .reach import reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
 
@@ -693,12 +694,23 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
     for node in graph.find_nodes(op="call_module"):
         if node.target not in targets:
             holders.setdefault(node.target, f"module '{node.target}'")
+    handed: dict[str, set[str]] = {}  # path -> the calls a module there is handed to
     for node in graph.find_nodes(op="get_attr"):
         path = "" if node.target == ROOT_ATTRIBUTE else node.target
-        if path in holders or (path and not isinstance(_resolve(model, path), nn.Module)):
+        module = model if not path else _resolve(model, path)
+        if path in holders or not isinstance(module, nn.Module):
             continue
-        users = ", ".join(sorted({getattr(user.target, "__name__", str(user.target)) for user in node.users}))
-        holders[path] = users or "an opaque call"
+        if not node.users:
+            handed.setdefault(path, set()).add("an opaque call")
+        for user in node.users:
+            how = getattr(user.target, "__name__", str(user.target))
+            # moved code that reads only some children of the module reaches only their subtrees
+            children = reached_children(user, node, module)
+            for reached in [path] if children is None else [f"{path}.{child}" if path else child
+                                                            for child in children]:
+                handed.setdefault(reached, set()).add(how)
+    for path, hows in handed.items():
+        holders.setdefault(path, ", ".join(sorted(hows)))
     hidden: dict[str, str] = {}
     for name in uncalled:
         parts = name.split(".")
