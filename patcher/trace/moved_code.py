@@ -1,20 +1,26 @@
-"""Which children of a module the rewriter's moved code can reach, read from that code.
+"""What the tracer reads from the code the rewriter moved into ``_wrapped_*`` functions.
 
-The rewriter moves code it cannot trace into ``_wrapped_*`` functions and hands them the module
-the code reads (``self``). Such a call is opaque: a sequential target it runs would get no
-subgraph of its own, so the tracer refuses targets that only such a call could reach. Counting
-the whole module as reached would blame every target of the model that this sample does not run
-(Moshi's depth decoder, which runs only with labels) on a function that reads one embedding table.
+Which children of a module that code can reach (:func:`reached_children`). The rewriter hands its
+moved code (opaque while tracing) the module it reads (``self``). A sequential target such a
+call runs would get no subgraph of its own, so the tracer refuses targets that only such a call
+could reach. Counting the whole module as reached would blame every target of the model that this
+sample does not run (Moshi's depth decoder, which runs only with labels) on a function that reads
+one embedding table. The code says more: when it uses the module only as ``self.child`` for
+children (and plain data such as ``self.config``), only those children's subtrees are reachable.
+Any other use (a method or property, the module handed on whole, the name rebound) may reach
+anything, and the whole module counts, as before.
 
-The code itself says more: when it uses the module only as ``self.child`` for children (and
-plain data such as ``self.config``), only those children's subtrees are reachable. Any other use
-(a method or property, the module handed on whole, the name rebound) may reach anything, and the
-whole module counts, as before.
+Whether some path of that code returns None (:func:`may_return_none`). One opaque node is never
+None while tracing, so code after the call that tests ``is None`` on its result is decided for a
+value even where the graph will get None (Csm's ``input_ids = None`` once its 2-D ids are
+embedded: the backbone then sees ids and embeddings and refuses both). The tracer traces such a
+call through where it can decide its code (see ``SequentialTracer``).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
 from typing import Any, Callable
@@ -107,3 +113,23 @@ def _plain_data(module: nn.Module, attribute: str) -> bool:
 
 
 _MISSING = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def may_return_none(function: Callable) -> bool:
+    """Does ``function`` (a rewriter's wrapped function) return a name that some path sets to
+    None (``input_ids = None`` in a branch, a name the branch may leave unset)?"""
+    if not is_wrapped_name(getattr(function, "__name__", "")):
+        return False
+    tree = _function_tree(function)
+    if tree is None:
+        return False
+    returned: set[str] = set()
+    set_to_none: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            returned |= {value.id for value in values if isinstance(value, ast.Name)}
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None:
+            set_to_none |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return bool(returned & set_to_none)
