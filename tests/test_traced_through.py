@@ -61,8 +61,15 @@ def _wrapped_forward_gate(self, hidden, gate):
     return (hidden, gate)
 
 
+def _wrapped_forward_mask_ndim(hidden, mask):
+    if hidden.ndim == 3:
+        mask = None
+    return (hidden, mask)
+
+
 fx.wrap("_wrapped_forward_input_ids_ndim")
 fx.wrap("_wrapped_forward_gate")
+fx.wrap("_wrapped_forward_mask_ndim")
 
 
 class TextOrCodes(nn.Module):
@@ -87,6 +94,18 @@ class Gated(nn.Module):
         for layer in self.layers:
             hidden = layer(hidden)
         return {"logits": hidden if gate is None else hidden * gate}
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def forward(self, hidden, mask):
+        hidden, mask = _wrapped_forward_mask_ndim(hidden, mask)
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return {"logits": hidden if mask is None else hidden * mask}
 
 
 def _ids(*shape, seed=0):
@@ -144,3 +163,14 @@ def test_csm_traces_its_text_ids_into_one_subgraph_per_backbone_layer_equal_to_e
     with torch.no_grad():
         expected = model(**sample, use_cache=False).logits
         assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+
+
+def test_moved_code_that_returns_no_none_for_the_sample_stays_one_call():
+    # an opaque call's result decides every `is None` after it alike: tracing it through gains nothing
+    model = Masked().eval()
+    sample = {"hidden": torch.randn(2, 4), "mask": torch.ones(2, 4)}
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    nodes = [node for subgraph in subgraphs for node in subgraph.graph.nodes]
+    assert sum(node.target is _wrapped_forward_mask_ndim for node in nodes) == 1
+    with torch.no_grad():
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample)["logits"])

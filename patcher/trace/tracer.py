@@ -95,6 +95,10 @@ class _TracedThroughDict(dict):
 _NOT_TRACED_THROUGH = object()
 
 
+class _KeepOpaque(Exception):
+    """A wrapped function traced through to no purpose: the attempt is taken back."""
+
+
 class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
@@ -151,25 +155,25 @@ class SequentialTracer(fx.Tracer):
     def _trace_through(self, function, args: tuple, kwargs: dict) -> Any:
         """Run a wrapped function that may return None on the traced values instead of recording
         one opaque call, so that the names it sets to None are None while tracing too. Where its
-        code cannot be decided while tracing (a branch on a traced value), everything the attempt
-        recorded is taken back and the call stays one opaque node (``_NOT_TRACED_THROUGH``)."""
+        code cannot be decided while tracing (a branch on a traced value), or it returns no None
+        (the opaque call's result is then decided alike by every `is None` after it), everything
+        the attempt recorded is taken back and the call stays one opaque node
+        (``_NOT_TRACED_THROUGH``): the graph changes only where one node would hide a None."""
         last = next(reversed(self.graph.nodes), None)
         saved = (dict(self.ranks_read), dict(self.traced_through), self.failed_module_path,
                  collections.OrderedDict(self.module_stack), dict(self.num_calls))
         self._cache_keys_added, outer_keys = [], self._cache_keys_added
         try:
             result = function(*args, **kwargs)
-            if isinstance(result, fx.Proxy):
-                return result
-            if type(result) is tuple:
+            if type(result) is tuple and any(value is None for value in result):
                 result = _TracedThroughTuple(result)
-            elif type(result) is dict:
+            elif type(result) is dict and any(value is None for value in result.values()):
                 result = _TracedThroughDict(result)
-            else:
-                raise TypeError(f"a result fx cannot mark: {type(result).__name__}")  # None, a scalar
+            else:  # no None to show, or a result fx cannot mark (None itself, a scalar)
+                raise _KeepOpaque()
             result.node = _NoNode()
             return result
-        except Exception:  # noqa: BLE001 - undecidable while tracing: keep the opaque call
+        except Exception:  # noqa: BLE001 - undecidable while tracing, or nothing gained: keep the opaque call
             added = []
             for node in reversed(self.graph.nodes):
                 if node is last:
