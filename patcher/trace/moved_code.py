@@ -115,12 +115,14 @@ def _plain_data(module: nn.Module, attribute: str) -> bool:
 _MISSING = object()
 
 
-@functools.lru_cache(maxsize=1024)
-def may_return_none(function: Callable) -> bool:
+def may_return_none(function: Any) -> bool:
     """Does ``function`` (a rewriter's wrapped function) return a name that some path sets to
     None (``input_ids = None`` in a branch, a name the branch may leave unset)?"""
-    if not is_wrapped_name(getattr(function, "__name__", "")):
-        return False
+    return inspect.isfunction(function) and is_wrapped_name(function.__name__) and _sets_a_result_to_none(function)
+
+
+@functools.lru_cache(maxsize=1024)  # asked at every call of the function while tracing
+def _sets_a_result_to_none(function: Callable) -> bool:
     tree = _function_tree(function)
     if tree is None:
         return False
