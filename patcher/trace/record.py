@@ -7,7 +7,8 @@ layerdrop's dice were read while tracing, and the layers of a ``ModuleList`` wer
 :class:`TraceRecord` holds all of that, recorded once per trace and shared by the whole graph
 and its subgraphs, and raises a named error when a run does not fit:
 
-- inputs: :class:`InputMismatchError` (:class:`MissingInputError` for a missing one);
+- inputs: :class:`InputMismatchError` (:class:`MissingInputError` for a missing one; an input of
+  another rank where the traced code read its rank);
 - mode: :class:`TrainingModeError`;
 - structure: :class:`ModelMismatchError`, checked once per model (cached) and again only when
   the child count of a traced-through module changes, so a run stays cheap on huge models.
@@ -64,7 +65,8 @@ class TraceRecord:
     ``training`` / ``training_exceptions``: the root's mode and the modules in the other mode;
     ``children``: the child names of every traced-through module (unrolled loops run over them);
     ``tensor_shapes``: shapes of tensors the graph reads directly and of the direct parameters of
-    the modules it calls.
+    the modules it calls; ``tensor_ranks``: ranks of the inputs whose rank the traced code read
+    (``input_ids.ndim == 2``), so decided while tracing.
     """
 
     model_class: str
@@ -75,6 +77,7 @@ class TraceRecord:
     training_exceptions: frozenset[str]
     children: dict[str, tuple[str, ...]]
     tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    tensor_ranks: dict[str, int] = field(default_factory=dict)
     _verified: Any = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     # -- inputs ------------------------------------------------------------------------------
@@ -100,6 +103,13 @@ class TraceRecord:
                 f"{where}: input {name!r} is None, but the graph was traced with a value for it: code that "
                 f"tests `{name} is None` was decided while tracing, so the graph would run the branch for a "
                 f"given {name}. Give it when running, or trace with a sample where {name!r} is None."
+            )
+        rank = self.tensor_ranks.get(name)
+        if rank is not None and isinstance(value, torch.Tensor) and value.ndim != rank:
+            raise InputMismatchError(
+                f"{where}: input {name!r} has {value.ndim} dimensions, but the graph was traced with {rank}: "
+                f"code that tests the rank of {name!r} was decided while tracing, so the graph would run the "
+                f"branch for {rank} dimensions. Trace with a sample of the rank you will run."
             )
 
     def check_constant(self, name: str, value: Any, where: str) -> None:

@@ -7,6 +7,7 @@ target lives inside them, so calibration hooks on the targets see real module ca
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import difflib
 import inspect
@@ -55,16 +56,56 @@ from .hooks import (
 )
 from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
+from .moved_code import may_return_none, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
 
 
 
 class TracingProxy(fx.Proxy):
-    """A proxy that also records in-place indexed assignment (``x[..., i] = y``)."""
+    """A proxy that also records in-place indexed assignment (``x[..., i] = y``), and knows the
+    rank of a sample tensor: the graph checks it at every run (``TraceRecord.tensor_ranks``), so
+    code that branches on ``input_ids.ndim`` (Csm's 2-D text ids or 3-D codebook ids) is decided
+    while tracing, as on a None or a Python flag."""
 
     def __setitem__(self, indices, values):
         return self.tracer.create_proxy("call_function", operator.setitem, (self, indices, values), {})
+
+    @property
+    def ndim(self):
+        rank = self.tracer.sample_rank(self.node)
+        return rank if rank is not None else fx.Proxy.__getattr__(self, "ndim")
+
+    def dim(self):
+        rank = self.tracer.sample_rank(self.node)
+        return rank if rank is not None else fx.Proxy.__getattr__(self, "dim")()
+
+
+class _NoNode:
+    """What torch.fx's wrapper of a ``torch.fx.wrap`` function marks on a call traced through
+    (it sets ``result.node.meta["is_wrapped"]``): there is no node of that call."""
+
+    def __init__(self):
+        self.meta: dict[str, Any] = {}
+
+
+class _TracedThroughTuple(tuple):
+    """The tuple a wrapped function traced through returned (a tuple has no ``node`` to mark)."""
+
+    node: _NoNode
+
+
+class _TracedThroughDict(dict):
+    """The dict a wrapped function traced through returned."""
+
+    node: _NoNode
+
+
+_NOT_TRACED_THROUGH = object()
+
+
+class _KeepOpaque(Exception):
+    """A wrapped function traced through to no purpose: the attempt is taken back."""
 
 
 class SequentialTracer(fx.Tracer):
@@ -89,6 +130,10 @@ class SequentialTracer(fx.Tracer):
         self._constant_names: dict[int, str] = {}
         # devices read from `module.device` while tracing (by identity; kept alive) -> the module
         self._device_sources: dict[int, tuple[torch.device, nn.Module]] = {}
+        self.sample_ranks: dict[str, int] = {}  # sample tensor -> its rank (the graph input's name)
+        self.ranks_read: dict[str, int] = {}  # those that traced code read: checked at every run
+        # parameter reads cached while tracing a call through: (cache, key), taken back if it fails
+        self._cache_keys_added: list[tuple[dict, str]] | None = None
         self._tensor_paths = {id(t): name for name, t in itertools.chain(
             model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
         # Configs are reached through the module that owns them, so graphs read `self.model.config`.
@@ -123,6 +168,52 @@ class SequentialTracer(fx.Tracer):
             raise
         finally:
             self.module_path_stack.pop()
+
+    def _trace_through(self, function, args: tuple, kwargs: dict) -> Any:
+        """Run a wrapped function that may return None on the traced values instead of recording
+        one opaque call, so that the names it sets to None are None while tracing too. Where its
+        code cannot be decided while tracing (a branch on a traced value), or it returns no None
+        (the opaque call's result is then decided alike by every `is None` after it), everything
+        the attempt recorded is taken back and the call stays one opaque node
+        (``_NOT_TRACED_THROUGH``): the graph changes only where one node would hide a None."""
+        last = next(reversed(self.graph.nodes), None)
+        saved = (dict(self.ranks_read), dict(self.traced_through), self.failed_module_path,
+                 collections.OrderedDict(self.module_stack), dict(self.num_calls))
+        self._cache_keys_added, outer_keys = [], self._cache_keys_added
+        try:
+            result = function(*args, **kwargs)
+            if type(result) is tuple and any(value is None for value in result):
+                result = _TracedThroughTuple(result)
+            elif type(result) is dict and any(value is None for value in result.values()):
+                result = _TracedThroughDict(result)
+            else:  # no None to show, or a result fx cannot mark (None itself, a scalar)
+                raise _KeepOpaque()
+            result.node = _NoNode()
+            return result
+        except Exception:  # noqa: BLE001 - undecidable while tracing, or nothing gained: keep the opaque call
+            added = []
+            for node in reversed(self.graph.nodes):
+                if node is last:
+                    break
+                added.append(node)
+            for node in added:
+                self.graph.erase_node(node)
+            for cache, key in self._cache_keys_added:
+                cache.pop(key, None)
+            ranks, traced_through, self.failed_module_path, module_stack, num_calls = saved
+            self.ranks_read.clear()
+            self.ranks_read.update(ranks)
+            self.traced_through.clear()
+            self.traced_through.update(traced_through)
+            self.module_stack.clear()
+            self.module_stack.update(module_stack)
+            self.num_calls.clear()
+            self.num_calls.update(num_calls)
+            return _NOT_TRACED_THROUGH
+        finally:
+            if outer_keys is not None:
+                outer_keys.extend(self._cache_keys_added)
+            self._cache_keys_added = outer_keys
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
@@ -172,13 +263,27 @@ class SequentialTracer(fx.Tracer):
                 proxy = parameter_proxy_cache.get(path)
                 if proxy is None:
                     proxy = parameter_proxy_cache[path] = self.create_proxy("get_attr", path, (), {})
+                    if self._cache_keys_added is not None:
+                        self._cache_keys_added.append((parameter_proxy_cache, path))
                 return proxy
         return attr_val
 
     def proxy(self, node: fx.Node) -> fx.Proxy:
         return TracingProxy(node, self)
 
+    def sample_rank(self, node: fx.Node) -> int | None:
+        """The rank of the sample tensor ``node`` stands for (None: not a sample tensor), recorded
+        as read: the graph refuses an input of another rank."""
+        if node.op != "placeholder" or node.target not in self.sample_ranks:
+            return None
+        rank = self.ranks_read[node.target] = self.sample_ranks[node.target]
+        return rank
+
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        if kind == "call_function" and not rest and not options and may_return_none(target):
+            traced = self._trace_through(target, args, kwargs)
+            if traced is not _NOT_TRACED_THROUGH:
+                return traced
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         record_source(proxy.node)
         if kind == "call_function":
@@ -235,6 +340,8 @@ class SequentialTracer(fx.Tracer):
             return a.node
         if isinstance(a, Items):  # by reference: fx would rebuild a dataclass from its fields
             return self._reference(a)
+        if type(a) in (_TracedThroughTuple, _TracedThroughDict):
+            return self.create_arg(tuple(a) if isinstance(a, tuple) else dict(a))
         if isinstance(a, torch.device):
             node = self._device_arg(a)
             if node is not None:
@@ -580,6 +687,8 @@ def trace_graph(
 
     def traced(leaf_outputs=None):
         tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs)
+        tracer.sample_ranks = {key: sample_input[key].ndim for key in placeholders
+                               if isinstance(sample_input[key], torch.Tensor)}
         tracer.traced_func_name = "_tracezoo_root_forward"
         with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
                 traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
@@ -623,6 +732,7 @@ def trace_graph(
         training_exceptions=mode_exceptions(model),
         children={name: tuple(module._modules) for name, module in model.named_modules() if module in traced_modules},
         tensor_shapes=_tensor_shapes(graph, model, tracer),
+        tensor_ranks=dict(tracer.ranks_read),
     )
     return TracedGraph(graph=graph, input_names=placeholders, constants=tracer.constants,
                        target_names=list(targets), record=record,
@@ -757,12 +867,23 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
     for node in graph.find_nodes(op="call_module"):
         if node.target not in targets:
             holders.setdefault(node.target, f"module '{node.target}'")
+    handed: dict[str, set[str]] = {}  # path -> the calls a module there is handed to
     for node in graph.find_nodes(op="get_attr"):
         path = "" if node.target == ROOT_ATTRIBUTE else node.target
-        if path in holders or (path and not isinstance(_resolve(model, path), nn.Module)):
+        module = model if not path else _resolve(model, path)
+        if path in holders or not isinstance(module, nn.Module):
             continue
-        users = ", ".join(sorted({getattr(user.target, "__name__", str(user.target)) for user in node.users}))
-        holders[path] = users or "an opaque call"
+        if not node.users:
+            handed.setdefault(path, set()).add("an opaque call")
+        for user in node.users:
+            how = getattr(user.target, "__name__", str(user.target))
+            # moved code that reads only some children of the module reaches only their subtrees
+            children = reached_children(user, node, module)
+            for reached in [path] if children is None else [f"{path}.{child}" if path else child
+                                                            for child in children]:
+                handed.setdefault(reached, set()).add(how)
+    for path, hows in handed.items():
+        holders.setdefault(path, ", ".join(sorted(hows)))
     hidden: dict[str, str] = {}
     for name in uncalled:
         parts = name.split(".")
