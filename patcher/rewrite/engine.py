@@ -31,6 +31,7 @@ from .records import Blocker, Rewrite
 from .rules import (EXPRESSION_RULES, FORWARD_REASONS, HOIST_RULES, IGNORED_CALLS, LOCATION_FALLBACK, LOCATION_RULES,
                     WHOLE_METHOD_RULES)
 from ..registry.ignore import FORWARDED_BY_REWRITER
+from .call_sites import call_site_taint
 from .shapes import shape_names_of
 from .taint import Taint, function_taint
 from .targets import TargetIndex
@@ -124,7 +125,8 @@ class Engine:
         qual = f"{prefix}.{name}" if prefix else name
         return FunctionCtx(
             qualname=qual, method=name, cls=cls if outer is None else outer.cls,
-            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs)),
+            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs),
+                                 param_levels=None if outer else self.state.param_seeds.get((cls, name))),
             local_names=local,
             first_bound_fn=first_bound, params=params | (outer.params if outer else set()),
             shape_names=shape_names_of(fn) | (outer.shape_names if outer else set()),
@@ -341,6 +343,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
         wrapped_defs=wrapped_defs,
         has_torch="torch" in top_names, has_note_helper=hoist_mod.NOTE_HELPER in top_names, only=only,
         line_map=line_map or {},
+        param_seeds=call_site_taint(module, wrapped_defs),
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):
