@@ -37,12 +37,14 @@ WITH_IMAGES = [
     "PPFormulaNetForConditionalGeneration",    # pixel_values alone, encoder-decoder (issue 21)
     "Qwen2_5OmniThinkerForConditionalGeneration",  # patch grid, markers only checkpoints set (issue 21)
     "Qwen3OmniMoeThinkerForConditionalGeneration",  # the same, MoE text model
+    "Kosmos2ForConditionalGeneration",         # image_embeds_position_mask; a mask helper given input_ids.shape
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
 NEED_IMAGES = {"Blip2ForConditionalGeneration": "pixel_values", "UdopForConditionalGeneration": "Bbox",
                "Pix2StructForConditionalGeneration": "flattened_patches",
-               "PPFormulaNetForConditionalGeneration": "pixel_values"}
+               "PPFormulaNetForConditionalGeneration": "pixel_values",
+               "Kosmos2ForConditionalGeneration": "pixel_values"}
 
 
 @pytest.mark.parametrize("name", WITH_IMAGES)

@@ -66,6 +66,10 @@ class ModuleState:
     unsettled: set = field(default_factory=set)  # functions to look at again (see api._settle)
     only: set | None = None  # rewrite only these functions (qualnames); None: all
     line_map: dict = field(default_factory=dict)  # lines of this module -> lines of the original source
+    #: (class or None, function) -> parameter -> taint the module's own call sites pass in
+    param_seeds: dict = field(default_factory=dict)
+    #: module-level functions a rule wraps whole (named in redirect_methods with its rule)
+    whole_functions: set = field(default_factory=set)
     _pos: object = None
 
     current_top: int = 0  # index of the top-level statement being rewritten

@@ -104,6 +104,10 @@ class _Finder:
                 self.add(ITER, level, node, f"`{name}()` of a traced value")
             elif name is not None and name.startswith("itertools."):
                 self.add(DATA, VALUE if args else CLEAN, node, f"`{name}` over traced values")
+            elif name is not None and name.startswith("torch.distributions."):
+                # a distribution checks its parameters' values in Python when built (validate_args)
+                self.add(DATA, VALUE if args else CLEAN, node,
+                         f"`{name}` checks the values of traced parameters in Python")
             elif name in SIZE_FACTORIES and sum(1 for a in node.args if a.keyword is None) > 1 \
                     and not any(a.star for a in node.args):
                 positional = [a for a in node.args if a.keyword is None]

@@ -31,6 +31,7 @@ from .records import Blocker, Rewrite
 from .rules import (EXPRESSION_RULES, FORWARD_REASONS, HOIST_RULES, IGNORED_CALLS, LOCATION_FALLBACK, LOCATION_RULES,
                     WHOLE_METHOD_RULES)
 from ..registry.ignore import FORWARDED_BY_REWRITER
+from .call_sites import call_site_taint
 from .shapes import shape_names_of
 from .taint import Taint, function_taint
 from .targets import TargetIndex
@@ -87,7 +88,7 @@ class Engine:
             return True
         if name in self.state.ignore:
             return True  # runs as one opaque call: its body executes eagerly
-        return cls is not None and name in self.state.redirect_methods
+        return name in self.state.redirect_methods and (cls is not None or name in self.state.whole_functions)
 
     def visit_function(self, fn: cst.FunctionDef, cls: str | None, outer: FunctionCtx | None,
                        prefix: str) -> cst.FunctionDef:
@@ -124,7 +125,8 @@ class Engine:
         qual = f"{prefix}.{name}" if prefix else name
         return FunctionCtx(
             qualname=qual, method=name, cls=cls if outer is None else outer.cls,
-            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs)),
+            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs),
+                                 param_levels=None if outer else self.state.param_seeds.get((cls, name))),
             local_names=local,
             first_bound_fn=first_bound, params=params | (outer.params if outer else set()),
             shape_names=shape_names_of(fn) | (outer.shape_names if outer else set()),
@@ -153,7 +155,8 @@ class Engine:
         """A call the rules turn into one opaque graph node (as ``rules.ignored_call`` decides)."""
         func = call.func
         if isinstance(func, cst.Name):
-            return func.value in self.state.ignore and func.value not in fctx.local_names
+            return (func.value in self.state.ignore or func.value in self.state.whole_functions) \
+                and func.value not in fctx.local_names
         if isinstance(func, cst.Attribute):
             receiver = func.value
             if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
@@ -269,9 +272,11 @@ class Engine:
     # -- forwarders -------------------------------------------------------------------------
     def forwarder(self, name: str, *, method: bool, line: int) -> Forwarder | None:
         if method:
-            code = self.state.redirect_methods.get(name)
+            code = None if name in self.state.whole_functions else self.state.redirect_methods.get(name)
+        elif name in self.state.ignore:
+            code = IGNORED_CALLS.CODE
         else:
-            code = IGNORED_CALLS.CODE if name in self.state.ignore else None
+            code = self.state.redirect_methods.get(name) if name in self.state.whole_functions else None
         if code is None:
             return None
         key = (name, method)
@@ -332,6 +337,9 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
                     and isinstance(cls.body, cst.IndentedBlock) for fn in cls.body.body
                     if isinstance(fn, cst.FunctionDef)}
+    function_names = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.FunctionDef)}
+    # module-level helpers a rule wraps whole: their calls by name go through forwarders
+    whole_functions = {name for name in redirect if name in function_names and name not in method_names}
     for name in ignore_set:
         if name in method_names or name not in top_names:
             redirect.setdefault(name, IGNORED_CALLS.CODE)
@@ -341,6 +349,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
         wrapped_defs=wrapped_defs,
         has_torch="torch" in top_names, has_note_helper=hoist_mod.NOTE_HELPER in top_names, only=only,
         line_map=line_map or {},
+        param_seeds=call_site_taint(module, wrapped_defs), whole_functions=whole_functions,
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):

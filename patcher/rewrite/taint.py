@@ -395,8 +395,11 @@ def _container_checked(fn: cst.FunctionDef) -> set[int]:
     return found
 
 
-def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_params: bool = True) -> Taint:
-    """Fixpoint of taint over fn's assignments, seeded from its parameters."""
+def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_params: bool = True,
+                   param_levels: dict[str, Level] | None = None) -> Taint:
+    """Fixpoint of taint over fn's assignments, seeded from its parameters. ``param_levels``:
+    what the module's call sites pass in (``call_sites.call_site_taint``), raising a parameter
+    above what its name and annotation say."""
     taint = Taint(outer.names if outer else None, outer.containers if outer else None,
                   outer.wrapped if outer else None, outer.items if outer else None)
     for p in param_list(fn) if seed_params else ():
@@ -404,6 +407,9 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
     if seed_params:
         for name in _used_as_tensor(fn):
             taint.set(name, VALUE)
+        for name, level in (param_levels or {}).items():
+            if level > taint.names.get(name, CLEAN):
+                taint.set(name, level)
     pairs = _assignments(fn)
     # A container only if every binding of the name is a literal or constructor call:
     # `x = list(x)` on a tensor `x` must not hide the tensor.

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from typing import Iterator
+
 from ...registry.rules import RULES, TZ101
+from ..detect import iter_statements
+from ..hoist import is_fx_wrapped
+from ..targets import TargetIndex
 from ..wrapper_names import describe
-from ..taint import CLEAN, VALUE
+from ..taint import CLEAN, VALUE, Taint, function_taint
 from ..walk import descendants
 from ._chain import branches, first_branch, hoist_from
 from ._conditional import hoist_conditionals, nested_conditionals
@@ -23,8 +28,43 @@ from .base import RuleContext, RuleHooks, claimed
 
 SPEC = RULES[TZ101]
 CODE = SPEC.code
+
+# The graph itself: wrapping one whole would make the model opaque.
+_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
+
+
+def _returns_on_value(fn: cst.FunctionDef, taint: Taint) -> bool:
+    """Does a branch on tensor values return from inside it? Such a branch cannot move alone: a
+    wrapped function cannot return for its caller."""
+    for stmt in iter_statements(fn.body):
+        if not isinstance(stmt, cst.If):
+            continue
+        for branch in branches(stmt):
+            if taint.of(branch.test) == VALUE and any(
+                    isinstance(node, cst.Return) for node in descendants(branch.body, stop=(cst.FunctionDef, cst.Lambda))):
+                return True
+    return False
+
+
+def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, cst.FunctionDef]) -> Iterator[str]:
+    """Helpers (module-level functions and methods, never a forward) with a branch on tensor values
+    that returns: they move whole, and their callers call them wrapped, unless they reach a target."""
+    for stmt in module.body:
+        owner, defs = None, [stmt]
+        if isinstance(stmt, cst.ClassDef):
+            owner = stmt.name.value
+            defs = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else []
+        for fn in defs:
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
+                continue
+            if _returns_on_value(fn, function_taint(fn, Taint(wrapped=wrapped))) \
+                    and not targets.hidden_targets([fn.body], owner):
+                yield fn.name.value
+
+
 #: A statement the tracer failed at that no other rule takes by its form is a value branch's.
-HOOKS = RuleHooks(location_fallback=True)
+HOOKS = RuleHooks(location_fallback=True, whole_methods=whole_methods,
+                  forward_reason="helper returning from a branch on a tensor value wrapped whole")
 
 
 _OPAQUE_NONE = "None test of an opaque call's result"
