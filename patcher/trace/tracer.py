@@ -25,7 +25,8 @@ from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX
 from .diagnose import MODEL_ERROR, diagnose
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
+from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
+                            unpacked_item)
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -36,6 +37,7 @@ from .errors import (
     UntraceableCodeError,
 )
 from .influence import eager_ignores
+from .leaf_outputs import OUTPUT_KEYS, observed_output_keys
 from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
 from .hooks import (
     check_leaf_output_capture,
@@ -52,18 +54,29 @@ from .state import preserved_model_state
 
 
 class TracingProxy(fx.Proxy):
-    """A proxy that also records in-place indexed assignment (``x[..., i] = y``)."""
+    """A proxy that also records in-place indexed assignment (``x[..., i] = y``), and reads the keys
+    of a leaf's output that ``**`` unpacks through a check of its keys when the graph runs."""
 
     def __setitem__(self, indices, values):
         return self.tracer.create_proxy("call_function", operator.setitem, (self, indices, values), {})
+
+    def __getitem__(self, key):
+        keys = self.node.meta.get(OUTPUT_KEYS)
+        if keys is not None and isinstance(key, str):
+            return self.tracer.create_proxy("call_function", unpacked_item, (self, key, keys), {})
+        return super().__getitem__(key)
 
 
 class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
-    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str]):
+    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
+                 leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
+        # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
+        self.leaf_output_keys = leaf_output_keys or {}
+        self.unpacked_without_keys = False  # `**` met a leaf's output whose keys are not known
         self.traced_modules = traced_modules
         self.target_names = target_names
         self.constants: dict[str, Any] = {}
@@ -98,6 +111,8 @@ class SequentialTracer(fx.Tracer):
             output = super().call_module(module, forward, args, kwargs)
             if module not in self.traced_modules:
                 replay_hidden_state_capture(module, args, output, self._record_call)
+                if isinstance(output, fx.Proxy) and name in self.leaf_output_keys:
+                    output.node.meta[OUTPUT_KEYS] = self.leaf_output_keys[name]
             return output
         except Exception:
             # The stack unwinds before the error is explained: remember the innermost module.
@@ -106,6 +121,14 @@ class SequentialTracer(fx.Tracer):
             raise
         finally:
             self.module_path_stack.pop()
+
+    def keys(self, obj: fx.Proxy):
+        """``**obj``: the keys a leaf's output had on the eager run, where the trace has them."""
+        keys = obj.node.meta.get(OUTPUT_KEYS)
+        if keys is None:
+            self.unpacked_without_keys = True
+            return super().keys(obj)
+        return list(keys)
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
@@ -523,21 +546,30 @@ def trace_graph(
             omittable.add(flag)
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
-    tracer = SequentialTracer(model, traced_modules, set(targets))
     check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
     check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
-    tracer.traced_func_name = "_tracezoo_root_forward"
-    with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-            traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
-        try:
-            graph = tracer.trace(model)
-        except Exception as exc:  # every failure gets a source location when one exists
-            raise _explain(exc, model, tracer) from exc
-        # Leaves run later, reading their attributes then: a write made while tracing is undone
-        # below, so the graph would silently run them in the state from before the write.
-        leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+    leaf_output_keys = None
+    while True:
+        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_output_keys)
+        tracer.traced_func_name = "_tracezoo_root_forward"
+        with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
+                traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
+            try:
+                graph = tracer.trace(model)
+            except Exception as exc:  # every failure gets a source location when one exists
+                if not (tracer.unpacked_without_keys and leaf_output_keys is None):
+                    raise _explain(exc, model, tracer) from exc
+                graph, failure = None, exc
+            else:
+                # Leaves run later, reading their attributes then: a write made while tracing is undone
+                # below, so the graph would silently run them in the state from before the write.
+                leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+        if graph is not None:
+            break
+        # `**` of a leaf's output: its keys exist only once it ran, so run once and trace again
+        leaf_output_keys = _observed_leaf_keys(model, sample_input, fixed, traced_modules, failure, tracer)
     if leaf_changes:
         raise StateChangeError(
             f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
@@ -584,6 +616,17 @@ def _check_requested_outputs(graph: fx.Graph, model: nn.Module, fixed: Mapping[s
                 f"no {key} (transformers collects them with hooks the trace does not run), so {key!r} would be "
                 f"empty. Trace without {flag}, and record {key} with hooks on the modules if you need them."
             )
+
+
+def _observed_leaf_keys(model: nn.Module, sample_input: Mapping[str, Any], fixed: Mapping[str, Any],
+                        traced_modules: set[nn.Module], failure: Exception, tracer: SequentialTracer):
+    """The keys of the leaves' outputs on one eager run; the trace's own failure where that run fails
+    (a model that cannot run on this sample, e.g. on meta), since it names the line that unpacks."""
+    leaves = [module for module in model.modules() if module not in traced_modules]
+    try:
+        return observed_output_keys(model, sample_input, fixed, leaves)
+    except Exception as exc:  # noqa: BLE001 - the untraceable line is the better message
+        raise _explain(failure, model, tracer) from exc
 
 
 def _omitting_means(signature: inspect.Signature, key: str, value: Any) -> bool:
