@@ -23,7 +23,7 @@ from transformers.utils import ModelOutput
 
 from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
-from ..registry.wrapped import WRAPPED_PREFIX
+from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
                             unpacked_item)
@@ -50,6 +50,7 @@ from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
+from .wrapped_state import apply_settings, call_with_settings, may_change_settings, observe_settled_settings
 
 
 
@@ -71,12 +72,16 @@ class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
     def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
-                 leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None):
+                 leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
+                 settled_settings: Mapping[Any, Any] | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
         self.leaf_output_keys = leaf_output_keys or {}
         self.unpacked_without_keys = False  # `**` met a leaf's output whose keys are not known
+        # wrapped function -> the settings its calls leave (see patcher.trace.wrapped_state)
+        self.settled_settings = settled_settings or {}
+        self.wrapped_calls_on_modules = False  # moved code that may change settings was handed a module
         self.traced_modules = traced_modules
         self.target_names = target_names
         self.constants: dict[str, Any] = {}
@@ -154,6 +159,17 @@ class SequentialTracer(fx.Tracer):
         return TracingProxy(node, self)
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        if kind == "call_function" and is_wrapped_name(getattr(target, "__name__", "")) and \
+                any(isinstance(value, nn.Module) for value in (*args, *kwargs.values())):
+            self.wrapped_calls_on_modules |= may_change_settings(target, args, kwargs)
+            settled = self.settled_settings.get(target)
+            if settled:
+                # the code after the call is traced for the settings the call leaves on the sample
+                proxy = super().create_proxy(kind, call_with_settings, (target, self.model, settled, *args),
+                                             kwargs, *rest, **options)
+                record_source(proxy.node)
+                apply_settings(self.model, settled)
+                return proxy
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         record_source(proxy.node)
         if kind == "call_function":
@@ -550,9 +566,9 @@ def trace_graph(
     check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
-    leaf_output_keys = None
+    leaf_output_keys = settled_settings = None
     while True:
-        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_output_keys)
+        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_output_keys, settled_settings)
         tracer.traced_func_name = "_tracezoo_root_forward"
         with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
                 traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
@@ -566,10 +582,16 @@ def trace_graph(
                 # Leaves run later, reading their attributes then: a write made while tracing is undone
                 # below, so the graph would silently run them in the state from before the write.
                 leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
-        if graph is not None:
+        if graph is None:
+            # `**` of a leaf's output: its keys exist only once it ran, so run once and trace again
+            leaf_output_keys = _observed_leaf_keys(model, sample_input, fixed, traced_modules, failure, tracer)
+        elif tracer.wrapped_calls_on_modules and settled_settings is None:
+            # moved code the trace did not run may switch the model on this sample: trace for the switch
+            settled_settings = _observed_settings(model, sample_input, fixed, traced_modules)
+            if not settled_settings:
+                break
+        else:
             break
-        # `**` of a leaf's output: its keys exist only once it ran, so run once and trace again
-        leaf_output_keys = _observed_leaf_keys(model, sample_input, fixed, traced_modules, failure, tracer)
     if leaf_changes:
         raise StateChangeError(
             f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
@@ -627,6 +649,16 @@ def _observed_leaf_keys(model: nn.Module, sample_input: Mapping[str, Any], fixed
         return observed_output_keys(model, sample_input, fixed, leaves)
     except Exception as exc:  # noqa: BLE001 - the untraceable line is the better message
         raise _explain(failure, model, tracer) from exc
+
+
+def _observed_settings(model: nn.Module, sample_input: Mapping[str, Any], fixed: Mapping[str, Any],
+                       traced_modules: set[nn.Module]):
+    """The settings wrapped functions change on one eager run; none where that run fails (the graph's
+    guard then refuses any change when it runs, as without this)."""
+    try:
+        return observe_settled_settings(model, sample_input, fixed, traced_modules)
+    except Exception:  # noqa: BLE001 - e.g. a model on meta: nothing replayed, every change refused
+        return {}
 
 
 def _omitting_means(signature: inspect.Signature, key: str, value: Any) -> bool:
