@@ -31,6 +31,7 @@ WITH_IMAGES = [
     "GotOcr2ForConditionalGeneration",         # fixed size, SAM tower initialised with std 1e-10
     "MiniMaxM3SparseForConditionalGeneration", # patch grid, a ternary on `outputs.get("image")` in the output
     "Blip2ForConditionalGeneration",           # Q-Former queries, pixel_values required: no text attempt
+    "InstructBlipForConditionalGeneration",    # `Output(**vision_outputs)` of a leaf tower: keys from eager
     "Ernie4_5_VLMoeForConditionalGeneration",  # patch grid; h, w, t M-RoPE split from the modeling file (issue 21)
     "UdopForConditionalGeneration",            # page + a box per token, encoder-decoder, no tower (issue 21)
     "Pix2StructForConditionalGeneration",      # flattened patches alone + their mask, encoder-decoder (issue 21)
@@ -41,7 +42,8 @@ WITH_IMAGES = [
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
-NEED_IMAGES = {"Blip2ForConditionalGeneration": "pixel_values", "UdopForConditionalGeneration": "Bbox",
+NEED_IMAGES = {"Blip2ForConditionalGeneration": "pixel_values", "InstructBlipForConditionalGeneration": "pixel_values",
+               "UdopForConditionalGeneration": "Bbox",
                "Pix2StructForConditionalGeneration": "flattened_patches",
                "PPFormulaNetForConditionalGeneration": "pixel_values",
                "Kosmos2ForConditionalGeneration": "pixel_values"}

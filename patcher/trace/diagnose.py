@@ -56,7 +56,8 @@ _UNPACKED_BY_NAME = re.compile(r"\*\*\s*[A-Za-z_(]")
 
 
 def unpacked_by_name(function: str) -> DiagnosedSymptom:
-    """``f(**outputs)`` on a traced value (InstructBLIP's ``BaseModelOutput...(**vision_outputs)``):
+    """``f(**outputs)`` on a traced value whose keys the tracer does not know (the output of a leaf
+    module it knows from an eager run: :mod:`patcher.trace.leaf_outputs`; anything else not):
     no loop to rewrite, so the way out is to keep the function that unpacks it opaque."""
     if function in ("forward", "<module>"):
         fix = ("wrap the statement in a module-level torch.fx.wrap function that takes the value and returns what "

@@ -110,6 +110,20 @@ def traced_message(texts: tuple[str, ...], *values: Any) -> str:
     return "".join(pieces)
 
 
+def unpacked_item(mapping: Mapping[str, Any], key: str, traced_keys: tuple[str, ...]) -> Any:
+    """``mapping[key]`` for a ``**mapping`` the tracer unpacked with ``traced_keys`` (a leaf module's
+    output, whose keys it took from an eager run): a run where the output has other keys raises, since
+    the graph would silently drop the keys it did not unpack or fail to find one it did."""
+    keys = tuple(mapping.keys())
+    if keys != traced_keys:
+        raise RuntimeError(
+            f"the graph unpacks a {type(mapping).__name__} (`**` of a module's output) with the keys "
+            f"{list(traced_keys)} it had when traced, but this run's has {list(keys)}: the graph would drop "
+            "or miss a value. Trace with a sample (and flags such as output_hidden_states) like this run's."
+        )
+    return mapping[key]
+
+
 def module_device(module: nn.Module) -> torch.device:
     """``module.device`` when the graph runs: the device of its first parameter, as transformers'
     ``ModuleUtilsMixin.device`` reads it. The tracer records ``self.device`` as a call of this

@@ -24,9 +24,10 @@ from transformers.utils import ModelOutput
 
 from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
-from ..registry.wrapped import WRAPPED_PREFIX
+from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
 from .diagnose import MODEL_ERROR, diagnose
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
+from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
+                            unpacked_item)
 from .errors import (
     MissingTargetsError,
     SampleInputError,
@@ -46,6 +47,7 @@ from .leaf_outputs import (
     read_as_container,
     structured,
 )
+from .leaf_outputs import OUTPUT_KEYS, observed_output_keys
 from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
 from .hooks import (
     check_leaf_output_capture,
@@ -59,14 +61,16 @@ from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .moved_code import may_return_none, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
+from .wrapped_state import apply_settings, call_with_settings, may_change_settings, observe_settled_settings
 
 
 
 class TracingProxy(fx.Proxy):
-    """A proxy that also records in-place indexed assignment (``x[..., i] = y``), and knows the
+    """A proxy that also records in-place indexed assignment (``x[..., i] = y``), knows the
     rank of a sample tensor: the graph checks it at every run (``TraceRecord.tensor_ranks``), so
     code that branches on ``input_ids.ndim`` (Csm's 2-D text ids or 3-D codebook ids) is decided
-    while tracing, as on a None or a Python flag."""
+    while tracing, as on a None or a Python flag; and reads the keys of a leaf's output that ``**``
+    unpacks through a check of its keys when the graph runs."""
 
     def __setitem__(self, indices, values):
         return self.tracer.create_proxy("call_function", operator.setitem, (self, indices, values), {})
@@ -80,6 +84,12 @@ class TracingProxy(fx.Proxy):
         rank = self.tracer.sample_rank(self.node)
         return rank if rank is not None else fx.Proxy.__getattr__(self, "dim")()
 
+
+    def __getitem__(self, key):
+        keys = self.node.meta.get(OUTPUT_KEYS)
+        if keys is not None and isinstance(key, str):
+            return self.tracer.create_proxy("call_function", unpacked_item, (self, key, keys), {})
+        return super().__getitem__(key)
 
 class _NoNode:
     """What torch.fx's wrapper of a ``torch.fx.wrap`` function marks on a call traced through
@@ -112,9 +122,17 @@ class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
     def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
-                 leaf_outputs: Mapping[nn.Module, list[Any]] | None = None):
+                 leaf_outputs: Mapping[nn.Module, list[Any]] | None = None,
+                 leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
+                 settled_settings: Mapping[Any, Any] | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
+        # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
+        self.leaf_output_keys = leaf_output_keys or {}
+        self.unpacked_without_keys = False  # `**` met a leaf's output whose keys are not known
+        # wrapped function -> the settings its calls leave (see patcher.trace.wrapped_state)
+        self.settled_settings = settled_settings or {}
+        self.wrapped_calls_on_modules = False  # moved code that may change settings was handed a module
         self.traced_modules = traced_modules
         self.target_names = target_names
         # what each call of a leaf returned in eager, in call order (see leaf_outputs.py)
@@ -160,6 +178,8 @@ class SequentialTracer(fx.Tracer):
             if module not in self.traced_modules:
                 replay_hidden_state_capture(module, args, output, self._record_call)
                 output = self._as_in_eager(module, name, output)
+                if isinstance(output, fx.Proxy) and name in self.leaf_output_keys:
+                    output.node.meta[OUTPUT_KEYS] = self.leaf_output_keys[name]
             return output
         except Exception:
             # The stack unwinds before the error is explained: remember the innermost module.
@@ -214,6 +234,14 @@ class SequentialTracer(fx.Tracer):
             if outer_keys is not None:
                 outer_keys.extend(self._cache_keys_added)
             self._cache_keys_added = outer_keys
+
+    def keys(self, obj: fx.Proxy):
+        """``**obj``: the keys a leaf's output had on the eager run, where the trace has them."""
+        keys = obj.node.meta.get(OUTPUT_KEYS)
+        if keys is None:
+            self.unpacked_without_keys = True
+            return super().keys(obj)
+        return list(keys)
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
@@ -280,6 +308,17 @@ class SequentialTracer(fx.Tracer):
         return rank
 
     def create_proxy(self, kind, target, args, kwargs, *rest, **options):
+        if kind == "call_function" and is_wrapped_name(getattr(target, "__name__", "")) and \
+                any(isinstance(value, nn.Module) for value in (*args, *kwargs.values())):
+            self.wrapped_calls_on_modules |= may_change_settings(target, args, kwargs)
+            settled = self.settled_settings.get(target)
+            if settled:
+                # the code after the call is traced for the settings the call leaves on the sample
+                proxy = super().create_proxy(kind, call_with_settings, (target, self.model, settled, *args),
+                                             kwargs, *rest, **options)
+                record_source(proxy.node)
+                apply_settings(self.model, settled)
+                return proxy
         if kind == "call_function" and not rest and not options and may_return_none(target):
             traced = self._trace_through(target, args, kwargs)
             if traced is not _NOT_TRACED_THROUGH:
@@ -685,8 +724,9 @@ def trace_graph(
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
 
-    def traced(leaf_outputs=None):
-        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs)
+    def traced(leaf_outputs=None, leaf_output_keys=None, settled_settings=None):
+        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs, leaf_output_keys,
+                                  settled_settings)
         tracer.sample_ranks = {key: sample_input[key].ndim for key in placeholders
                                if isinstance(sample_input[key], torch.Tensor)}
         tracer.traced_func_name = "_tracezoo_root_forward"
@@ -695,6 +735,8 @@ def trace_graph(
             try:
                 graph = tracer.trace(model)
             except Exception as exc:  # every failure gets a source location when one exists
+                if tracer.unpacked_without_keys and leaf_output_keys is None:
+                    return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
                 raise _explain(exc, model, tracer) from exc
             # Leaves run later, reading their attributes then: a write made while tracing is undone
             # below, so the graph would silently run them in the state from before the write.
@@ -702,7 +744,17 @@ def trace_graph(
         tracer.drop_unread_items(graph)
         return tracer, graph, changes
 
+    leaf_output_keys = settled_settings = None
     tracer, graph, leaf_changes = traced()
+    if graph is None:
+        # `**` of a leaf's output: its keys exist only once it ran, so run once and trace again
+        leaf_output_keys = _observed_leaf_keys(model, sample_input, fixed, traced_modules, leaf_changes, tracer)
+        tracer, graph, leaf_changes = traced(None, leaf_output_keys)
+    if tracer.wrapped_calls_on_modules:
+        # moved code the trace did not run may switch the model on this sample: trace for the switch
+        settled_settings = _observed_settings(model, sample_input, fixed, traced_modules)
+        if settled_settings:
+            tracer, graph, leaf_changes = traced(None, leaf_output_keys, settled_settings)
     # Items read from a leaf's output were each one graph value, also where eager has None: decided
     # on, they take the branch eager does not. Known from one eager run, the trace is redone with them.
     containers = [model.get_submodule(node.target) for node in graph.find_nodes(op="call_module")
@@ -710,7 +762,7 @@ def trace_graph(
     if containers and not leaf_changes:
         leaf_outputs = eager_leaf_outputs(model, sample_input, fixed, dict.fromkeys(containers))
         if leaf_outputs and any(structure != VALUE for calls in leaf_outputs.values() for structure in calls):
-            tracer, graph, leaf_changes = traced(leaf_outputs)
+            tracer, graph, leaf_changes = traced(leaf_outputs, leaf_output_keys, settled_settings)
     if leaf_changes:
         raise StateChangeError(
             f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
@@ -758,6 +810,27 @@ def _check_requested_outputs(graph: fx.Graph, model: nn.Module, fixed: Mapping[s
                 f"no {key} (transformers collects them with hooks the trace does not run), so {key!r} would be "
                 f"empty. Trace without {flag}, and record {key} with hooks on the modules if you need them."
             )
+
+
+def _observed_leaf_keys(model: nn.Module, sample_input: Mapping[str, Any], fixed: Mapping[str, Any],
+                        traced_modules: set[nn.Module], failure: Exception, tracer: SequentialTracer):
+    """The keys of the leaves' outputs on one eager run; the trace's own failure where that run fails
+    (a model that cannot run on this sample, e.g. on meta), since it names the line that unpacks."""
+    leaves = [module for module in model.modules() if module not in traced_modules]
+    try:
+        return observed_output_keys(model, sample_input, fixed, leaves)
+    except Exception as exc:  # noqa: BLE001 - the untraceable line is the better message
+        raise _explain(failure, model, tracer) from exc
+
+
+def _observed_settings(model: nn.Module, sample_input: Mapping[str, Any], fixed: Mapping[str, Any],
+                       traced_modules: set[nn.Module]):
+    """The settings wrapped functions change on one eager run; none where that run fails (the graph's
+    guard then refuses any change when it runs, as without this)."""
+    try:
+        return observe_settled_settings(model, sample_input, fixed, traced_modules)
+    except Exception:  # noqa: BLE001 - e.g. a model on meta: nothing replayed, every change refused
+        return {}
 
 
 def _omitting_means(signature: inspect.Signature, key: str, value: Any) -> bool:

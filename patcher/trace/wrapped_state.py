@@ -1,4 +1,5 @@
-"""Refuse a wrapped function that changes a module's settings while a graph runs.
+"""Refuse a wrapped function that changes a module's settings while a graph runs, unless the graph was
+traced for that change (see "settings the sample's run changes" below).
 
 The rewriter moves code the tracer cannot decide (a branch on a shape) into ``@torch.fx.wrap``
 functions, which do not run while tracing, only when the graph runs. One that changes a setting of
@@ -108,3 +109,206 @@ def _changes(module: nn.Module, before: tuple[dict[str, Any], dict[str, Any]]) -
 
 def _describe(value: Any) -> str:
     return "<unset>" if value is _UNSET else repr(value) if is_trace_constant(value) else f"a {type(value).__name__}"
+
+
+# -- settings the sample's run changes: replayed while tracing, checked when the graph runs ---------
+#
+# Refusing every change leaves the sample itself refused where the model switches on it (BigBird on
+# any input shorter than its sparse blocks need). When one eager run shows that a wrapped function
+# changes settings of modules the graph traces through, the tracer traces again and, at each call of
+# that function, applies the settings the call left: the code after it is traced for the new setting,
+# as eager runs it. The graph calls the function through :func:`call_with_settings`, which refuses a
+# run that leaves any other setting than the one traced for (a longer input that does not switch a
+# fresh model) instead of running the rest for the wrong one.
+
+#: (module path, attribute, value) for every setting a call changed
+Settled = tuple[tuple[str, str, Any], ...]
+
+
+def may_change_settings(function: Callable, args: tuple, kwargs: dict) -> bool:
+    """Whether this call of ``function`` can write a setting of a module it is handed: its code (or a
+    method of that module it calls, a few calls deep) stores or deletes an attribute of the module
+    (``self.mode = ...``, ``setattr(self, ...)``, BigBird's ``self.set_attention_type(...)``). Only those
+    make the tracer run the model once to look (:func:`observe_settled_settings`): moved code that reads a
+    size off a module (most moved code handed ``self``) is not worth an extra forward of a large model.
+    A change other code makes (a function the module is passed to) is still refused when the graph runs."""
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return True
+    modules = {name: value for name, value in bound.arguments.items() if isinstance(value, nn.Module)}
+    return bool(modules) and _writes_settings(function, modules, depth=0)
+
+
+#: how many calls deep :func:`may_change_settings` follows methods before it assumes a write
+_MAX_DEPTH = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _definition(function: Callable):
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+
+def _writes_settings(function: Callable, modules: dict[str, nn.Module], depth: int) -> bool:
+    import ast
+
+    definition = _definition(function)
+    if definition is None or depth > _MAX_DEPTH:
+        return True
+
+    def receiver(node: ast.AST) -> Any:
+        """The object ``node`` (``self``, ``self.encoder``) names, or _UNSET when not a module's."""
+        if isinstance(node, ast.Name):
+            return modules.get(node.id, _UNSET)
+        if isinstance(node, ast.Attribute):
+            owner = receiver(node.value)
+            return _UNSET if owner is _UNSET else getattr(owner, node.attr, _UNSET)
+        if isinstance(node, ast.Subscript):
+            return _UNSET if receiver(node.value) is _UNSET else _ANY
+        return _UNSET
+
+    def module_call_writes(callee: Any, owner: Any, name: str) -> bool:
+        if isinstance(callee, nn.Module):  # a submodule called: its forward
+            forward = inspect.getattr_static(type(callee), "forward", None)
+            return not inspect.isfunction(forward) or _writes_settings(forward, {_first_param(forward): callee}, depth + 1)
+        if not isinstance(owner, nn.Module):
+            return owner is _ANY  # a tensor's, config's or number's method changes no module setting
+        method = inspect.getattr_static(type(owner), name, None)
+        if isinstance(method, (staticmethod, classmethod)):
+            return False
+        return not inspect.isfunction(method) or _writes_settings(method, {_first_param(method): owner}, depth + 1)
+
+    for node in ast.walk(definition):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and receiver(node.value) is not _UNSET:
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and node.args \
+                and receiver(node.args[0]) is not _UNSET:
+            return True
+        if isinstance(node.func, ast.Name) and isinstance(modules.get(node.func.id), nn.Module):
+            if module_call_writes(modules[node.func.id], None, "forward"):
+                return True
+        if isinstance(node.func, ast.Attribute):
+            owner = receiver(node.func.value)
+            if owner is not _UNSET and module_call_writes(getattr(owner, node.func.attr, None)
+                                                          if isinstance(owner, nn.Module) else None,
+                                                          owner, node.func.attr):
+                return True
+    return False
+
+
+#: an object reached through a module by subscript (``self.layers[0]``): not known without running
+_ANY = object()
+
+
+def _first_param(function: Callable) -> str:
+    return next(iter(inspect.signature(function).parameters), "self")
+
+
+def observe_settled_settings(model: nn.Module, sample_input: Any, fixed: Any,
+                             traced_modules: set[nn.Module]) -> dict[Callable, Settled]:
+    """Wrapped function -> the settings of traced-through modules each of its calls changed on one
+    eager run of the sample, for the functions whose every call changed the same scalars and replaced
+    no child (a new module object cannot be replayed while tracing; the run-time guard refuses it).
+    The model is left as it was."""
+    import torch
+
+    from .opaque import modeling_namespaces
+    from .state import preserved_model_state
+
+    paths = {module: name for name, module in model.named_modules() if module in traced_modules}
+    calls: dict[Callable, list[Settled | None]] = {}
+
+    def observed(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def observing(*args, **kwargs):
+            if not any(isinstance(value, nn.Module) for value in (*args, *kwargs.values())):
+                return function(*args, **kwargs)
+            before = {module: _settings(module) for module in paths}
+            result = function(*args, **kwargs)
+            calls.setdefault(function, []).append(_settled(paths, before))
+            return result
+
+        return observing
+
+    restore = []
+    try:
+        for namespace in modeling_namespaces(model):
+            for key, value in list(namespace.items()):
+                if inspect.isfunction(value) and is_wrapped_name(value.__name__):
+                    restore.append((namespace, key, value))
+                    namespace[key] = observed(value)
+        with preserved_model_state(model), torch.no_grad():
+            model(**sample_input, **{key: value for key, value in fixed.items() if key not in sample_input})
+    finally:
+        for namespace, key, value in reversed(restore):
+            namespace[key] = value
+    return {function: seen[0] for function, seen in calls.items() if seen[0] and len(set(seen)) == 1}
+
+
+def _settled(paths: dict[nn.Module, str], before: dict[nn.Module, tuple[dict, dict]]) -> Settled | None:
+    """The scalars a call changed, or None where it replaced a child or changed a non-scalar setting."""
+    settled = []
+    for module, (scalars, children) in before.items():
+        if any(children.get(key) is not module._modules.get(key) for key in children.keys() | module._modules.keys()):
+            return None
+        now = vars(module)
+        for key in sorted(scalars.keys() | {key for key, value in now.items()
+                                              if key not in _MODULE_SLOTS and is_trace_constant(value)}):
+            old, new = scalars.get(key, _UNSET), now.get(key, _UNSET)
+            if old is _UNSET or new is _UNSET or not is_trace_constant(new):
+                if old is not new:
+                    return None
+            elif not same_constant(old, new):
+                settled.append((paths[module], key, new))
+    return tuple(settled)
+
+
+def _names_expected(change: str, module: nn.Module, expected: dict) -> bool:
+    # `_changes` also reports a scalar missing from the snapshot given to it: one traced for is checked apart
+    return any(owner is module and change.startswith(f"{type(module).__name__}.{key}:") for owner, key in expected)
+
+
+def apply_settings(root: nn.Module, settled: Settled) -> None:
+    for path, key, value in settled:
+        setattr(root.get_submodule(path), key, value)
+
+
+def call_with_settings(function: Callable, root: nn.Module, settled: Settled, *args, **kwargs):
+    """``function(*args, **kwargs)`` where the graph was traced for the settings ``settled`` after it:
+    refused unless the call leaves exactly those (it may make them, as on the sample's run, or find them
+    made) and changes nothing else of its module arguments."""
+    origin, location = _origin(function)
+    expected = {(root.get_submodule(path), key): value for path, key, value in settled}
+    modules = [value for value in (*args, *kwargs.values()) if isinstance(value, nn.Module)]
+    before = [_settings(module) for module in modules]
+    result = function(*args, **kwargs)
+    problems = [f"{type(module).__name__}.{key} is {_describe(vars(module).get(key, _UNSET))} where the graph "
+                f"was traced for {value!r}"
+                for (module, key), value in expected.items() if not same_constant(vars(module).get(key, _UNSET), value)]
+    for module, (scalars, children) in zip(modules, before):
+        # the settings traced for are checked above, whatever they were before the call
+        others = {key: value for key, value in scalars.items() if (module, key) not in expected}
+        problems += [change for change in _changes(module, (others, children))
+                     if not _names_expected(change, module, expected)]
+    if problems:
+        error = StateChangeError(
+            f"{origin}: after the code the rewriter moved into {function.__name__}, {'; '.join(problems[:5])}"
+            f"{' ...' if len(problems) > 5 else ''}. The graph was traced for the settings that code left on the "
+            "sample's run (it switched the model), so running the rest of it for others would be a silent wrong "
+            "result. Run the graph on inputs for which the model ends in the state it was traced in, or trace "
+            "with a sample like this run's input.",
+            problems,
+        )
+        error.location = location
+        raise error
+    return result

@@ -7,6 +7,10 @@ the graph was traced for block-sparse attention (padding, block masks, no causal
 switch happened only when the graph ran, so the layers ran full attention without a causal mask.
 The subgraph chain differed from eager by 7e-3 with no error. Now ``StateChangeError`` names the
 source line and the attribute.
+
+A sample that switches the model (any input shorter than the sparse blocks need) was then refused
+itself. The tracer now sees the switch on one eager run and traces the rest for the setting it leaves;
+the graph makes the switch when it runs and refuses a run that ends in another setting.
 """
 
 from __future__ import annotations
@@ -39,16 +43,43 @@ def _sample(seed: int = 0, length: int = 7):
     return {"input_ids": torch.randint(1, 96, (2, length), generator=torch.Generator().manual_seed(seed))}
 
 
-def test_settings_changed_by_moved_code_while_the_graph_runs_are_refused():
+def test_a_switch_on_the_sample_is_traced_for_and_equals_eager_on_other_lengths():
+    # The sample (7 tokens) switches BigBird to full attention: the trace follows the switch, and the
+    # graph makes it when it runs, as eager does, on a model not switched yet.
+    original, traceable = _models()
+    subgraphs = trace_subgraphs(traceable, _sample(), LAYERS)
+    traced = trace_graph(traceable, _sample(), LAYERS)
+    assert traceable.bert.attention_type == "block_sparse"  # tracing leaves the model as it was
+    with torch.no_grad():
+        for sample in (_sample(1), _sample(2, length=9), _sample(3, length=40)):
+            want = original(**sample).logits
+            torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], want, rtol=0, atol=0)
+            torch.testing.assert_close(traced(traceable, **sample)["logits"], want, rtol=0, atol=0)
+
+
+def test_an_input_that_leaves_another_setting_than_traced_for_is_refused():
+    # 40 tokens do not switch a fresh model: the graph, traced for full attention, must not run on.
     _, traceable = _models()
     subgraphs = trace_subgraphs(traceable, _sample(), LAYERS)
+    with pytest.raises(StateChangeError) as caught:
+        run_subgraphs(traceable, subgraphs, _sample(1, length=40))
+    message = str(caught.value)
+    assert "modeling_big_bird.py:" in message and "BigBirdModel.forward" in message
+    assert "BigBirdModel.attention_type is 'block_sparse' where the graph was traced for 'original_full'" in message
+
+
+def test_settings_changed_by_moved_code_while_the_graph_runs_are_refused():
+    # Traced on 32 tokens, which keep block-sparse attention: a short input switches the model while
+    # the graph runs, after the rest was traced for block-sparse attention.
+    _, traceable = _models()
+    subgraphs = trace_subgraphs(traceable, _sample(length=32), LAYERS)
     with pytest.raises(StateChangeError) as caught:
         run_subgraphs(traceable, subgraphs, _sample(1))
     message = str(caught.value)
     assert "modeling_big_bird.py:" in message and "BigBirdModel.forward" in message
     assert "BigBirdModel.attention_type: 'block_sparse' -> 'original_full'" in message
     _, traceable = _models()
-    traced = trace_graph(traceable, _sample(), LAYERS)
+    traced = trace_graph(traceable, _sample(length=32), LAYERS)
     with pytest.raises(StateChangeError, match="attention_type"):
         traced(traceable, **_sample(1))
 
@@ -64,3 +95,45 @@ def test_model_put_in_that_state_before_tracing_matches_eager():
         want = original(**sample).logits
         torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], want, rtol=0, atol=0)
         torch.testing.assert_close(traced(traceable, **sample)["logits"], want, rtol=0, atol=0)
+
+
+class _Switchable(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mode = "sparse"
+        self.proj = torch.nn.Linear(2, 2)
+
+    def set_mode(self, mode):
+        self.mode = mode
+
+    def switch(self):
+        self.set_mode("full")
+
+    def patch_size(self):
+        return 4
+
+
+def _reads_a_size(module, x):
+    return x.size(-1) // module.patch_size() + module.proj.weight.shape[0]
+
+
+def _switches(module, x):
+    if x.size(-1) < 8:
+        module.switch()  # writes module.mode two calls deep
+    return x
+
+
+def _stores(module, x):
+    module.mode = "full"
+
+
+def test_only_moved_code_that_can_write_a_module_setting_asks_for_an_eager_run():
+    # the eager run (an extra forward of the model) is for code that may switch the model, not for
+    # the many moved functions that read a size off `self`
+    from patcher.trace.wrapped_state import may_change_settings
+
+    module = _Switchable()
+    assert not may_change_settings(_reads_a_size, (module, torch.ones(2)), {})
+    assert may_change_settings(_switches, (module, torch.ones(2)), {})
+    assert may_change_settings(_stores, (module,), {"x": None})
+    assert not may_change_settings(_stores, (None,), {"x": None})  # no module handed: nothing to change
