@@ -2,6 +2,7 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    BranchDecisionError,
     HookError,
     InputMismatchError,
     MissingInputError,
@@ -21,6 +22,7 @@ from .graph_runtime import TracedGraph
 from .tracer import DEFAULT_IGNORE, SequentialTracer, trace_graph
 
 __all__ = [
+    "BranchDecisionError",
     "DEFAULT_IGNORE",
     "DroppedInputError",
     "HookError",

@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput
 from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX
+from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
 from .errors import (
@@ -61,9 +62,11 @@ class TracingProxy(fx.Proxy):
 class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
 
-    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str]):
+    def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
+                 decisions: Decisions | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
+        self.decisions = decisions if decisions is not None else Decisions()
         self.traced_modules = traced_modules
         self.target_names = target_names
         self.constants: dict[str, Any] = {}
@@ -106,6 +109,13 @@ class SequentialTracer(fx.Tracer):
             raise
         finally:
             self.module_path_stack.pop()
+
+    def to_bool(self, obj: fx.Proxy) -> bool:
+        """A condition the patcher left to the tracer (``_decided_*``): the sample's answer, checked
+        again by the graph at every run (see :mod:`patcher.trace.decisions`); any other is refused."""
+        if is_decision(obj.node):
+            return self.decisions.answer(self, obj)
+        return super().to_bool(obj)
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
@@ -523,21 +533,32 @@ def trace_graph(
             omittable.add(flag)
     root_forward = _root_function(forward, signature, placeholders, fixed)
 
-    tracer = SequentialTracer(model, traced_modules, set(targets))
     check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
     check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
-    tracer.traced_func_name = "_tracezoo_root_forward"
-    with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-            traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
-        try:
-            graph = tracer.trace(model)
-        except Exception as exc:  # every failure gets a source location when one exists
-            raise _explain(exc, model, tracer) from exc
-        # Leaves run later, reading their attributes then: a write made while tracing is undone
-        # below, so the graph would silently run them in the state from before the write.
-        leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+    decisions = Decisions()
+    while True:  # once, plus once more per branch condition decided from the sample (see .decisions)
+        tracer = SequentialTracer(model, traced_modules, set(targets), decisions)
+        tracer.traced_func_name = "_tracezoo_root_forward"
+        needed = None
+        with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
+                traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
+            try:
+                graph = tracer.trace(model)
+            except DecisionNeeded as stop:
+                needed = stop.node
+            except Exception as exc:  # every failure gets a source location when one exists
+                raise _explain(exc, model, tracer) from exc
+            else:
+                # Leaves run later, reading their attributes then: a write made while tracing is undone
+                # below, so the graph would silently run them in the state from before the write.
+                leaf_changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+        if needed is None:
+            break
+        # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
+        decisions.add(sample_value(tracer.graph, needed, model, sample_input, tracer.constants))
+        decisions.restart()
     if leaf_changes:
         raise StateChangeError(
             f"tracing {type(model).__name__} changed {len(leaf_changes)} attribute(s) of modules that run "
