@@ -31,9 +31,10 @@ WITH_AUDIO = {
 #: Rows whose audio attempt fails, loudly, and why: ``name -> (stage, where, why)``.
 AUDIO_FAILS = {
     "Qwen2AudioForConditionalGeneration": (
-        "trace", "modeling_qwen2_audio.py:678",
-        "`if input_features is not None and input_ids.shape[1] != 1:` is control flow on a shape that the "
-        "patcher leaves in place (the text sample never reaches it: input_features is None)"),
+        "trace", "modeling_qwen2_audio.py:850",
+        "the audio branch traces (its `input_ids.shape[1] != 1` is decided from the sample, checked in the "
+        "graph), but the wrapped legacy-merge branch hands `labels` back as a traced value although it stays "
+        "None, so the forward traces its loss branch and builds a CrossEntropyLoss the model does not hold"),
 }
 
 

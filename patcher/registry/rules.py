@@ -199,7 +199,8 @@ _SPECS = (
     RuleSpec(
         code=TZ105,
         title="branch on a shape, rank or dtype",
-        summary="branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped",
+        summary="branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped; around "
+                "sequential targets, decided from the sample with a check in the graph",
         guide_anchor="shape-and-dtype-inference",
         transform="shape_branch",
         stage=HOIST,

@@ -10,6 +10,9 @@ from __future__ import annotations
 WRAPPED_PREFIX = "_wrapped"
 #: Hoisted checks (asserts, ``if ...: raise``): ``_check_<what>``; they return None by design.
 CHECK_PREFIX = "_check"
+#: Shape conditions around sequential targets, kept in the code and decided by the tracer from the
+#: sample, with a run-time check in the graph: ``_decided_<what>``.
+DECIDED_PREFIX = "_decided"
 
 
 def forwarder_name(callee: str) -> str:
@@ -24,3 +27,8 @@ def is_wrapped_name(name: str) -> bool:
 
 def is_check_name(name: str) -> bool:
     return name.startswith(CHECK_PREFIX + "_")
+
+
+def is_decision_name(name: str) -> bool:
+    """A condition the tracer decides from the sample and checks again at every run."""
+    return name.startswith(DECIDED_PREFIX + "_")

@@ -9,7 +9,8 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper
 
 from ..registry.locations import Location
-from ..registry.wrapped import WRAPPED_PREFIX
+from ..registry.origins import origin_note
+from ..registry.wrapped import DECIDED_PREFIX, WRAPPED_PREFIX
 from . import hoist as hoist_mod
 from .bound import bound_before
 from .detect import find_issues, header_nodes
@@ -166,6 +167,7 @@ class StatementContext:
         self.hoisted = False
         self.guarded = False  # the hoisted call sits inside an `if NAME is not None:` guard
         self.guard_kept = False  # a rule kept a plain guard as an `if` around the wrapped call
+        self.header_only = False  # a rule rewrote only the tests of an `if`: its bodies are the engine's
         self.blocked = False
         self._issues: dict[int, list] = {}
 
@@ -215,6 +217,25 @@ class StatementContext:
         first = stmts[0].with_changes(leading_lines=list(stmts[0].leading_lines) + [comment])
         self.state.rewrites.append(Rewrite(code, lines, None, reason, self.fctx.qualname))
         return [first] + list(stmts[1:])
+
+    def hides_targets(self, stmts: Sequence[cst.BaseStatement]) -> str | None:
+        """Why hoisting ``stmts`` would hide sequential targets in an opaque call, or None."""
+        return self.state.targets.hidden_targets(list(stmts), self.fctx.cls, self.fctx.module_locals)
+
+    def decided(self, condition: cst.BaseExpression, *, desc: str, span: cst.CSTNode) -> cst.Call:
+        """``condition`` as the argument of a new module-level ``@torch.fx.wrap`` function
+        ``_decided_<desc>`` returning ``bool(condition)``: the tracer answers it from the sample and
+        puts a check into the graph that it still holds at every run (patcher.trace.decisions)."""
+        line = self.state.lines(span)[0]
+        name = self.state.namer.unique(f"{DECIDED_PREFIX}_{desc}".replace("__", "_"), method=self.method, line=line)
+        origin = f"{self.state.origin(line)} ({self.fctx.qualname})"
+        source = (f"@torch.fx.wrap\n"
+                  f"def {name}(condition):\n"
+                  f"    {origin_note(origin)}\n"
+                  f"    return bool(condition)\n")
+        function = cst.parse_module(source).body[0]
+        self.state.add_function(function.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]))
+        return cst.Call(func=cst.Name(name), args=[cst.Arg(condition)])
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
               span: cst.CSTNode, prefix: str = WRAPPED_PREFIX) -> list[cst.BaseStatement] | None:

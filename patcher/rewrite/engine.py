@@ -193,16 +193,19 @@ class Engine:
             return [self.visit_class(stmt, fctx, fctx.qualname)]
         forced, lines = self._forced(stmt, fctx)
         ctx = StatementContext(self, fctx, stmt, forced, lines)
+        current = stmt
         for rule in HOIST_RULES:
             out = rule.rewrite(stmt, ctx)
             if out is not None:
+                if ctx.header_only:  # only the tests changed: on as for a statement left in place
+                    current = out[0]
+                    break
                 if isinstance(stmt, cst.If) and len(out) == 1 and isinstance(out[0], cst.If) \
                         and not ctx.guarded and not ctx.guard_kept:
                     out = [self.kept_branches(stmt, out[0], fctx)]
                 return out
             if ctx.blocked:
                 break
-        current = stmt
         for rule in EXPRESSION_RULES:
             ctx.stmt = stmt
             out = rule.rewrite(current, ctx)

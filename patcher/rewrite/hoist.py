@@ -181,19 +181,33 @@ def _is_not_none(test: cst.BaseExpression) -> bool:
             and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None")
 
 
-def guard_by_presence(stmts, replacement: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
-    """Keep an ``if a is not None and ...:`` (no ``else``) from becoming a wrapped call when ``a`` is None.
+def _presence_of(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The ``NAME is not None`` a conjunct implies: itself, or for a bare truth test ``NAME``
+    (``if cache_params:``), which is False for None too."""
+    if _is_not_none(test):
+        return test
+    if isinstance(test, cst.Name) and test.value not in ("True", "False", "None"):
+        return cst.Comparison(left=cst.Name(test.value), comparisons=[
+            cst.ComparisonTarget(operator=cst.IsNot(), comparator=cst.Name("None"))])
+    return None
 
-    The wrapped call is guarded by the condition's ``NAME is not None`` conjuncts: when one is
+
+def guard_by_presence(stmts, replacement: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Keep an ``if a is not None and ...:`` or ``if a and ...:`` (no ``else``) from becoming a
+    wrapped call when ``a`` is None.
+
+    The wrapped call is guarded by the ``NAME is not None`` its conjuncts imply: when one is
     False the original condition is False too, so skipping the call changes nothing, and the
     guard is decided while tracing (an absent input is a constant there). Without it, a call that
     received some traced value becomes a graph node even for a text-only sample, and the names it
     returns (an image-feature dict) become traced values that later tests take for present.
-    A traced value is never None, so the guard always lets the call through for one.
+    A traced value is never None, so the guard always lets the call through for one. (xLSTM's
+    ``if cache_params:`` unguarded handed None back as a traced value, and the next layer's
+    ``cache_params.rnn_state[i] if cache_params is not None else None`` read ``None.rnn_state``.)
     """
     if len(stmts) != 1 or not isinstance(stmts[0], cst.If) or stmts[0].orelse is not None:
         return replacement
-    present = [test for test in _conjuncts(stmts[0].test) if _is_not_none(test)]
+    present = [guard for guard in map(_presence_of, _conjuncts(stmts[0].test)) if guard is not None]
     if not present or len(replacement) != 1:
         return replacement
     guard = present[0]

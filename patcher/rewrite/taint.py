@@ -15,6 +15,7 @@ import re
 import libcst as cst
 
 from ..registry.rules import CLEAN, META, VALUE, Level
+from ..registry.wrapped import is_decision_name
 from .walk import children, descendants
 
 from .name_use import param_list
@@ -182,6 +183,8 @@ class Taint:
                 return CLEAN
             return max([self.of(node.left)] + [self.of(c.comparator) for c in node.comparisons])
         if t is cst.Call:
+            if isinstance(node.func, cst.Name) and is_decision_name(node.func.value):
+                return CLEAN  # the tracer answers it with a Python bool (checked again at every run)
             results = self.call_results(node)
             if results is not None:
                 return max(results, default=CLEAN)

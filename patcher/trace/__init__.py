@@ -2,6 +2,7 @@
 
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
+    BranchDecisionError,
     HookError,
     InputMismatchError,
     LeafOutputError,
@@ -22,6 +23,7 @@ from .graph_runtime import TracedGraph
 from .tracer import DEFAULT_IGNORE, SequentialTracer, trace_graph
 
 __all__ = [
+    "BranchDecisionError",
     "DEFAULT_IGNORE",
     "DroppedInputError",
     "HookError",

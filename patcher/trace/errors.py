@@ -62,6 +62,16 @@ class InputMismatchError(TracingError, ValueError):
     """
 
 
+class BranchDecisionError(InputMismatchError):
+    """A run whose shapes would take another branch than the sample took while tracing.
+
+    The patcher leaves a branch on shapes around sequential targets in the code (a wrapped function
+    would hide them: ``_decided_*``); the tracer follows the sample's branch and the graph checks
+    the condition again at every run, so another input raises here instead of silently running
+    the traced branch.
+    """
+
+
 class MissingInputError(InputMismatchError, KeyError):
     """An input the graph takes was not given when it ran."""
 

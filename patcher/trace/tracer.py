@@ -25,6 +25,7 @@ from transformers.utils import ModelOutput
 from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
+from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
 from .diagnose import MODEL_ERROR, diagnose
 from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
                             unpacked_item)
@@ -124,7 +125,7 @@ class SequentialTracer(fx.Tracer):
     def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
                  leaf_outputs: Mapping[nn.Module, list[Any]] | None = None,
                  leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
-                 settled_settings: Mapping[Any, Any] | None = None):
+                 settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
@@ -133,6 +134,7 @@ class SequentialTracer(fx.Tracer):
         # wrapped function -> the settings its calls leave (see patcher.trace.wrapped_state)
         self.settled_settings = settled_settings or {}
         self.wrapped_calls_on_modules = False  # moved code that may change settings was handed a module
+        self.decisions = decisions if decisions is not None else Decisions()
         self.traced_modules = traced_modules
         self.target_names = target_names
         # what each call of a leaf returned in eager, in call order (see leaf_outputs.py)
@@ -242,6 +244,13 @@ class SequentialTracer(fx.Tracer):
             self.unpacked_without_keys = True
             return super().keys(obj)
         return list(keys)
+
+    def to_bool(self, obj: fx.Proxy) -> bool:
+        """A condition the patcher left to the tracer (``_decided_*``): the sample's answer, checked
+        again by the graph at every run (see :mod:`patcher.trace.decisions`); any other is refused."""
+        if is_decision(obj.node):
+            return self.decisions.answer(self, obj)
+        return super().to_bool(obj)
 
     def _record_call(self, function, *args):
         return self.create_proxy("call_function", function, args, {})
@@ -723,24 +732,36 @@ def trace_graph(
     check_no_global_hooks()
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
+    decisions = Decisions()
 
     def traced(leaf_outputs=None, leaf_output_keys=None, settled_settings=None):
-        tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs, leaf_output_keys,
-                                  settled_settings)
-        tracer.sample_ranks = {key: sample_input[key].ndim for key in placeholders
-                               if isinstance(sample_input[key], torch.Tensor)}
-        tracer.traced_func_name = "_tracezoo_root_forward"
-        with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
-                traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
-            try:
-                graph = tracer.trace(model)
-            except Exception as exc:  # every failure gets a source location when one exists
-                if tracer.unpacked_without_keys and leaf_output_keys is None:
-                    return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
-                raise _explain(exc, model, tracer) from exc
-            # Leaves run later, reading their attributes then: a write made while tracing is undone
-            # below, so the graph would silently run them in the state from before the write.
-            changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+        decisions.restart()
+        while True:  # once, plus once more per branch condition decided from the sample (see .decisions)
+            tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs, leaf_output_keys,
+                                      settled_settings, decisions)
+            tracer.sample_ranks = {key: sample_input[key].ndim for key in placeholders
+                                   if isinstance(sample_input[key], torch.Tensor)}
+            tracer.traced_func_name = "_tracezoo_root_forward"
+            needed = None
+            with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
+                    traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
+                try:
+                    graph = tracer.trace(model)
+                except DecisionNeeded as stop:
+                    needed = stop.node
+                except Exception as exc:  # every failure gets a source location when one exists
+                    if tracer.unpacked_without_keys and leaf_output_keys is None:
+                        return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
+                    raise _explain(exc, model, tracer) from exc
+                else:
+                    # Leaves run later, reading their attributes then: a write made while tracing is
+                    # undone below, so the graph would silently run them in the state from before it.
+                    changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+            if needed is None:
+                break
+            # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
+            decisions.add(sample_value(tracer.graph, needed, model, sample_input, tracer.constants))
+            decisions.restart()
         tracer.drop_unread_items(graph)
         return tracer, graph, changes
 

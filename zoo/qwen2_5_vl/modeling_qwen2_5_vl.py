@@ -1465,6 +1465,12 @@ def _wrapped_prepare_position_ids_for_generation_len_inputs_tensor_shape(inputs_
         raise
 
 
+@torch.fx.wrap
+def _decided_prepare_position_ids_for_generation_is_input_ids(condition):
+    # from modeling_qwen2_5_vl.py:1408 (Qwen2_5_VLForConditionalGeneration._prepare_position_ids_for_generation)
+    return bool(condition)
+
+
 class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLPreTrainedModel, GenerationMixin):
     _tied_weights_keys = {"lm_head.weight": "model.language_model.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}
@@ -1624,8 +1630,9 @@ class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLPreTrainedModel, GenerationMi
 
         # TRACING(TZ105): `and` on a traced value -> _wrapped_prepare_position_ids_for_generation_len_inputs_tensor_shape
         is_input_ids = _wrapped_prepare_position_ids_for_generation_len_inputs_tensor_shape(inputs_tensor)
+        # TRACING(TZ105): branch on a shape around sequential targets, which a wrapped function would hide: decided from the sample while tracing, and checked again by the graph at every run
         if (
-            is_input_ids
+            _decided_prepare_position_ids_for_generation_is_input_ids(is_input_ids)
             and model_kwargs.get("mm_token_type_ids") is not None
             and (model_kwargs.get("image_grid_thw") is not None or model_kwargs.get("video_grid_thw") is not None)
         ):

@@ -69,6 +69,9 @@ class RuleContext(Protocol):
     #: Set by a rule that hoisted an `if`'s test operands but kept a plain guard as a Python `if`
     #: (its body is the wrapped call): the engine then leaves that `if` as it is.
     guard_kept: bool
+    #: Set by a rule that rewrote only the tests of an `if` chain: the engine then rewrites inside
+    #: every branch, as it does for a statement no rule hoisted.
+    header_only: bool
 
     def issues(self, stmt: cst.CSTNode) -> list["Issue"]: ...  # detect.Issue list of stmt's own expressions
 
@@ -85,6 +88,10 @@ class RuleContext(Protocol):
     def forwarder(self, name: str, *, method: bool) -> "Forwarder | None": ...  # a forwarded call's wrapper
 
     def mentions_redirected(self, stmt: cst.CSTNode) -> bool: ...
+
+    def hides_targets(self, stmts: Sequence[cst.BaseStatement]) -> str | None: ...  # why hoisting would hide targets
+
+    def decided(self, condition: cst.BaseExpression, *, desc: str, span: cst.CSTNode) -> cst.Call: ...
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
               span: cst.CSTNode, prefix: str = registry_wrapped.WRAPPED_PREFIX) -> list[cst.BaseStatement] | None: ...

@@ -95,6 +95,48 @@ def _always_slice(stmt: cst.If) -> cst.BaseStatement | None:
     return body[0]
 
 
+DECIDED_REASON = ("branch on a shape around sequential targets, which a wrapped function would hide: "
+                  "decided from the sample while tracing, and checked again by the graph at every run")
+
+
+def _decided_operands(test: cst.BaseExpression, ctx: RuleContext, span: cst.CSTNode) -> cst.BaseExpression:
+    """``test`` with each operand that reads shapes (of its and/or/not tree) passed through a
+    ``_decided_*`` function; plain Python operands stay as they are, so their short-circuits too."""
+    if isinstance(test, cst.BooleanOperation):
+        return test.with_changes(left=_decided_operands(test.left, ctx, span),
+                                 right=_decided_operands(test.right, ctx, span))
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.with_changes(expression=_decided_operands(test.expression, ctx, span))
+    if ctx.taint.of(test) == CLEAN:
+        return test
+    return ctx.decided(test.with_changes(lpar=[], rpar=[]) if isinstance(test, cst.Comparison) else test,
+                       desc=f"{ctx.method}_{describe(test)}", span=span)
+
+
+def _decided_tests(stmt: cst.If, index: int, ctx: RuleContext) -> cst.If | None:
+    """The chain with the tests from branch ``index`` on decided by the tracer (see
+    ``RuleContext.decided``): the branches keep their code, so targets inside stay in the graph,
+    and a run whose shapes would take another branch fails at the check instead of silently
+    running the traced one. None when a test also reads tensor values (not a shape decision)."""
+    chain = branches(stmt)
+    tests = [br.test for br in chain]
+    for position in range(index, len(chain)):
+        test = chain[position].test
+        level = ctx.taint.of(test)
+        if level == VALUE:
+            return None
+        if level == CLEAN and not ctx.forces(CODE, chain[position]):
+            continue
+        decided = _decided_operands(test, ctx, chain[position])
+        if decided is test:  # forced at a test the static taint calls plain: decide it whole
+            decided = ctx.decided(test, desc=f"{ctx.method}_{describe(test)}", span=chain[position])
+        tests[position] = decided
+    rebuilt = chain[-1].with_changes(test=tests[-1])
+    for br, test in zip(reversed(chain[:-1]), reversed(tests[:-1])):
+        rebuilt = br.with_changes(test=test, orelse=rebuilt)
+    return rebuilt
+
+
 def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
     forced = ctx.forced == CODE
     if isinstance(stmt, cst.If):
@@ -108,6 +150,10 @@ def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement
             new = sliced.with_changes(leading_lines=list(stmt.leading_lines))
             return ctx.replace([new], code=CODE, span=stmt,
                                reason="size check dropped: slicing to the size is a no-op when sizes agree")
+        moved = [stmt] if index == 0 else [branch]
+        if ctx.hides_targets(moved) and (decided := _decided_tests(stmt, index, ctx)) is not None:
+            ctx.header_only = True
+            return ctx.replace([decided], code=CODE, span=stmt, reason=DECIDED_REASON)
         return hoist_from(stmt, index, ctx, code=CODE, reason="branch on a shape, rank or dtype")
     if isinstance(stmt, cst.SimpleStatementLine):
         issues = claimed(ctx.issues(stmt), SPEC)
