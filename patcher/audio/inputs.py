@@ -25,6 +25,9 @@ MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention
 #: forward arguments holding each clip's length in waveform samples (Dots3-Note's audio chunks),
 #: where a tower takes lengths instead of a frame mask
 SAMPLE_LENGTH_INPUTS = ("chunk_sample_lengths",)
+#: forward arguments telling the model how many audio features of each clip to keep (Phi-4
+#: multimodal's ``audio_embed_sizes``: its extractor computes them; the model does not)
+FEATURE_COUNT_INPUTS = ("audio_embed_sizes",)
 #: sub-configs that describe the audio tower, nearest first
 AUDIO_CONFIGS = ("audio_config", "encoder_config", "speech_config", "audio_encoder_config")
 #: config fields giving the width of one feature frame (mel bins)
@@ -55,6 +58,11 @@ def audio_input(model_or_cls) -> str | None:
 def mask_input(model_or_cls) -> str | None:
     names = forward_names(model_or_cls)
     return next((name for name in MASK_INPUTS if name in names), None)
+
+
+def feature_count_input(model_or_cls) -> str | None:
+    names = forward_names(model_or_cls)
+    return next((name for name in FEATURE_COUNT_INPUTS if name in names), None)
 
 
 def sample_length_input(model_or_cls) -> str | None:

@@ -14,7 +14,8 @@
   ``forward`` refuses it but runs without (Granite Speech's mask is over features, not frames);
 - for a model that merges audio features into its text (Qwen2-Audio, Voxtral, ...): ``input_ids``
   with one run of audio placeholder tokens per clip, as many as the model's own audio path yields
-  for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``;
+  for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``; that count
+  per clip where ``forward`` is told it (Phi-4 multimodal's ``audio_embed_sizes``);
 - for an encoder-decoder (Whisper, Moonshine, ...): ``decoder_input_ids`` of ordinary text tokens.
 """
 
@@ -25,8 +26,8 @@ from typing import Any
 import torch
 
 from ..images.tokens import decoder_rows, pad_token_id, place_spans, text_pool
-from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_variants, forward_names, mask_input,
-                     sample_length_input, sample_lengths, waveform)
+from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_count_input, feature_variants, forward_names,
+                     mask_input, sample_length_input, sample_lengths, waveform)
 from .tokens import audio_token_id, run_audio_path
 
 #: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
@@ -122,6 +123,9 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
             sample.update(_added_audio_text(model, inputs, total // batch_size, batch_size, left_padding, generator))
         else:
             span = [token] * (total // batch_size)
+            counts = feature_count_input(model)
+            if counts is not None:
+                inputs[counts] = torch.full((batch_size,), total // batch_size, dtype=torch.long)
             pool = text_pool(config)
             pool = pool[pool != token]
             sample["input_ids"], sample["attention_mask"] = place_spans(
