@@ -112,6 +112,9 @@ def _count_by_config_tower(model, inputs: dict[str, Any], name: str, mask: str |
     tower = model.get_submodule(towers[0])
     value = inputs[name]
     frame_mask = inputs[mask].bool() if mask and mask in inputs else None
+    if frame_mask is not None and not frame_mask.all():
+        # the tower's output keeps padded frames: their count is no count of the clip's features
+        raise ValueError(f"{type(model).__name__}: cannot count the features of a partly masked clip on its tower")
     with torch.no_grad():
         output = _features(tower(value, frame_mask))
     return int(output.shape[0] * output.shape[1])
