@@ -20,12 +20,15 @@ WITH_AUDIO = {
     "MoonshineStreamingForConditionalGeneration": True,  # num_key_value_heads filled (== heads)
     "VoxtralRealtimeForConditionalGeneration": True,  # no placeholder: one text token per audio feature
     "ClvpModelForConditionalGeneration": True,    # the clip next to ordinary text; 2 heads of 32 for its rotary
+    "CanaryForConditionalGeneration": True,       # FastConformer subsampling: unit-gain convolutions carry the clip
     # audio-text LMs: audio placeholder tokens counted by the model's own get_audio_features
     "VoxtralForConditionalGeneration": False,     # audio_token_id left None by the class: a free id
     "AudioFlamingo3ForConditionalGeneration": False,  # input_features_mask, fewer valid frames on layout 2
     "GlmAsrForConditionalGeneration": False,      # free length, frame mask
     "Qwen3ASRForConditionalGeneration": False,    # windows of 100 frames
     "GraniteSpeechForConditionalGeneration": False,  # (B, T, mel), a mask over features, not frames
+    "FunAsrNanoForConditionalGeneration": False,  # 7 stacked mel frames per feature frame
+    "Phi4MultimodalForCausalLM": False,           # told each clip's feature count (audio_embed_sizes)
 }
 
 #: Rows whose audio attempt fails, loudly, and why: ``name -> (stage, where, why)``.

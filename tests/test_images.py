@@ -192,9 +192,11 @@ def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
 
 # Square-layout architectures whose image sample needed more than the tower's image_size: a
 # projector keyed by patch counts (Aria), a pixel-shuffle adapter (Llama 4), a second high-resolution
-# tower (DeepSeek-VL hybrid), the vision tower inside the encoder's config (T5Gemma2, encoder-decoder).
+# tower (DeepSeek-VL hybrid), the vision tower inside the encoder's config (T5Gemma2, encoder-decoder),
+# a convolutional pyramid that states no image size (Florence-2's DaViT).
 SQUARE_CASES = ["AriaForConditionalGeneration", "Llama4ForConditionalGeneration",
-                "DeepseekVLHybridForConditionalGeneration", "T5Gemma2ForConditionalGeneration"]
+                "DeepseekVLHybridForConditionalGeneration", "T5Gemma2ForConditionalGeneration",
+                "Florence2ForConditionalGeneration"]
 
 
 @pytest.mark.parametrize("name", SQUARE_CASES)

@@ -23,11 +23,20 @@ WAVEFORM_INPUTS = ("input_values",)
 #: forward arguments holding the clip's frame mask (1 on real frames)
 MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention_mask", "input_values_mask",
                "padding_mask")
+#: forward arguments holding each clip's length in waveform samples (Dots3-Note's audio chunks),
+#: where a tower takes lengths instead of a frame mask
+SAMPLE_LENGTH_INPUTS = ("chunk_sample_lengths",)
+#: forward arguments telling the model how many audio features of each clip to keep (Phi-4
+#: multimodal's ``audio_embed_sizes``: its extractor computes them; the model does not)
+FEATURE_COUNT_INPUTS = ("audio_embed_sizes",)
 #: sub-configs that describe the audio tower, nearest first
 AUDIO_CONFIGS = ("audio_config", "encoder_config", "speech_config", "audio_encoder_config")
 #: config fields giving the width of one feature frame (mel bins)
 MEL_FIELDS = ("num_mel_bins", "input_feat_per_channel", "feature_size", "n_mels", "input_size", "input_dim",
               "num_mel_filters", "num_chroma", "d_model")
+#: config fields counting the mel frames a low-frame-rate feature extractor stacks into one feature
+#: frame (Fun-ASR's LFR: 7 frames of 80 bins make one 560-wide frame)
+STACKED_FRAME_FIELDS = ("num_stacked_frames",)
 
 
 def forward_names(model_or_cls) -> list[str]:
@@ -52,6 +61,26 @@ def mask_input(model_or_cls) -> str | None:
     return next((name for name in MASK_INPUTS if name in names), None)
 
 
+def feature_count_input(model_or_cls) -> str | None:
+    names = forward_names(model_or_cls)
+    return next((name for name in FEATURE_COUNT_INPUTS if name in names), None)
+
+
+def sample_length_input(model_or_cls) -> str | None:
+    names = forward_names(model_or_cls)
+    return next((name for name in SAMPLE_LENGTH_INPUTS if name in names), None)
+
+
+def sample_lengths(config, clips: int, valid_frames: int, waveform_input: bool) -> torch.Tensor:
+    """Each clip's length in waveform samples: ``valid_frames`` samples of a waveform, else that many
+    feature frames times the config's hop length (the extractor's stride between frames)."""
+    hop = 1 if waveform_input else getattr(audio_config(config), "hop_length", None)
+    if not isinstance(hop, int) or hop <= 0:
+        raise ValueError(f"{config.model_type}: forward takes clip lengths in waveform samples, but the audio config "
+                         "has no hop_length to turn feature frames into samples")
+    return torch.full((clips,), int(valid_frames) * int(hop), dtype=torch.long)
+
+
 def audio_config(config):
     """The sub-config of the audio tower (the config itself where it has none: Whisper)."""
     for name in AUDIO_CONFIGS:
@@ -67,16 +96,19 @@ def _sub_configs(config) -> list:
 
 
 def mel_bins(config) -> int:
-    """The mel bins of the audio tower's config, else of the config, else of any other sub-config
-    (CLVP's conditioning encoder reads ``decoder_config.feature_size``), else of the audio config's
-    own sub-configs (Nemotron transcribe: ``audio_config.asr_config.num_mel_bins``)."""
+    """The width of one feature frame: the mel bins of the audio tower's config, else of the config,
+    else of any other sub-config (CLVP's conditioning encoder reads ``decoder_config.feature_size``),
+    else of the audio config's own sub-configs (Nemotron transcribe: ``audio_config.asr_config
+    .num_mel_bins``), times the frames a low-frame-rate extractor stacks into one."""
     audio = audio_config(config)
     for owner in (audio, config, *_sub_configs(config), *(_sub_configs(audio) if audio is not config else [])):
         for name in MEL_FIELDS:
             value = getattr(owner, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 channels = getattr(owner, "input_channels", 1) if name == "input_feat_per_channel" else 1
-                return int(value) * int(channels or 1)
+                stacked = next((getattr(owner, field) for field in STACKED_FRAME_FIELDS
+                                if isinstance(getattr(owner, field, None), int)), 1)
+                return int(value) * int(channels or 1) * int(stacked or 1)
     raise ValueError(f"{config.model_type}: no mel-bin count in the audio config (looked for {', '.join(MEL_FIELDS)})")
 
 

@@ -7,12 +7,15 @@
   length its own audio path runs on: a free length first (``CLIP_LENGTHS``), else the fixed
   length of a Whisper-style tower (``2 * max_source_positions`` frames, padded as the feature
   extractor pads every clip to 30 s);
+- each clip's length in waveform samples where ``forward`` takes lengths (``chunk_sample_lengths``:
+  valid frames times the config's ``hop_length``);
 - the frame mask where ``forward`` takes one (``feature_attention_mask``, ``input_features_mask``);
   on a fixed-length tower the second layout marks only part of the frames as real; left out where
   ``forward`` refuses it but runs without (Granite Speech's mask is over features, not frames);
 - for a model that merges audio features into its text (Qwen2-Audio, Voxtral, ...): ``input_ids``
   with one run of audio placeholder tokens per clip, as many as the model's own audio path yields
-  for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``;
+  for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``; that count
+  per clip where ``forward`` is told it (Phi-4 multimodal's ``audio_embed_sizes``);
 - for an encoder-decoder (Whisper, Moonshine, ...): ``decoder_input_ids`` of ordinary text tokens.
 """
 
@@ -24,8 +27,8 @@ from typing import Any
 import torch
 
 from ..images.tokens import decoder_rows, pad_token_id, place_spans, text_pool
-from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_variants, forward_names, mask_input,
-                     samples_per_feature, waveform_variants)
+from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_count_input, feature_variants, forward_names,
+                     mask_input, sample_length_input, sample_lengths, samples_per_feature, waveform_variants)
 from .tokens import audio_token_id, run_audio_path
 
 #: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
@@ -74,6 +77,7 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
     if name is None:
         raise ValueError(f"{type(model).__name__}.forward takes no audio input (input_features / input_values)")
     mask = mask_input(model)
+    lengths = sample_length_input(model)
     kind = "features" if name in FEATURE_INPUTS else "waveform"
     fixed = fixed_length(config)
     # (length, valid frames): a free length; else the fixed one, fully real on the first layout
@@ -94,6 +98,8 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
             inputs = {name: value}
             if mask is not None:
                 inputs[mask] = _mask(clips, length, valid)
+            if lengths is not None:
+                inputs[lengths] = sample_lengths(config, clips, valid, kind == "waveform")
             try:
                 return inputs, run_audio_path(model, inputs, name, mask)
             except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
@@ -131,6 +137,9 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
             sample.update(_added_audio_text(model, inputs, total // batch_size, batch_size, left_padding, generator))
         else:
             span = [token] * (total // batch_size)
+            counts = feature_count_input(model)
+            if counts is not None:
+                inputs[counts] = torch.full((batch_size,), total // batch_size, dtype=torch.long)
             pool = text_pool(config)
             pool = pool[pool != token]
             sample["input_ids"], sample["attention_mask"] = place_spans(

@@ -116,6 +116,32 @@ def _with_forward_defaults(model, method, clip: dict[str, Any]):
     return method
 
 
+def _count_by_config_tower(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
+    """The frames the audio tower yields for all clips together, for a model whose ``forward`` is
+    told each clip's feature count (:data:`patcher.audio.inputs.FEATURE_COUNT_INPUTS`: Phi-4
+    multimodal's ``audio_embed_sizes``) and has no ``get_audio_features`` to count them: its tower
+    is the module built from the audio sub-config (:func:`patcher.towers.find_towers`), run on the
+    clip and its frame mask; each output frame becomes one text-width feature. None where the
+    model takes no feature counts or has no such tower."""
+    from ..towers import find_towers
+    from .inputs import feature_count_input
+
+    if feature_count_input(model) is None:
+        return None
+    towers = find_towers(model, "audio")
+    if not towers:
+        return None
+    tower = model.get_submodule(towers[0])
+    value = inputs[name]
+    frame_mask = inputs[mask].bool() if mask and mask in inputs else None
+    if frame_mask is not None and not frame_mask.all():
+        # the tower's output keeps padded frames: their count is no count of the clip's features
+        raise ValueError(f"{type(model).__name__}: cannot count the features of a partly masked clip on its tower")
+    with torch.no_grad():
+        output = _features(tower(value, frame_mask))
+    return int(output.shape[0] * output.shape[1])
+
+
 def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
     """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
     how many text-width features all clips yield together (None for an encoder-decoder, whose
@@ -146,6 +172,9 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
         counted = tower._get_feat_extract_output_lengths(lengths)
         counted = counted[-1] if isinstance(counted, tuple) else counted
         return int(counted.sum())
+    counted = _count_by_config_tower(model, inputs, name, mask)
+    if counted is not None:
+        return counted
     if getattr(model.config, "is_encoder_decoder", False) and callable(getattr(model, "get_encoder", None)):
         encoder = model.get_encoder()
         clip = {name: inputs[name]}

@@ -12,6 +12,8 @@ with eager:
    :data:`MIN_AUDIO_INFLUENCE` (else the clip never reaches them and the attempt fails at
    ``influence``), and the chain must give eager's new logits, so it changes the same way.
 
+A model that takes a clip is built with unit-gain convolutions (:func:`unit_gain_convolutions`).
+
 A speech model that cannot run on text alone (Whisper: the encoder needs a clip) keeps its text
 attempt's eager failure, marked :data:`AUDIO_ONLY` so the report does not list it as the row's
 blocker when the audio attempt ran.
@@ -25,6 +27,27 @@ import torch
 MIN_AUDIO_INFLUENCE = 1e-4
 #: The stage of a text attempt that failed only because the model needs a clip.
 AUDIO_ONLY = "audio only"
+
+
+def unit_gain_convolutions(model, seed: int) -> None:
+    """Redraw every convolution weight of ``model`` with std ``1 / sqrt(fan_in)``, so that each
+    convolution carries its input on at about its own scale, as trained audio front-ends do.
+
+    The init every transformers model uses (std ``initializer_range`` = 0.02) is calibrated for
+    fan-ins in the thousands; a convolution's fan-in is its kernel times its input channels per
+    group, 9 for a depthwise 3x3. The FastConformer subsampling (Parakeet, Canary, Cohere ASR)
+    stacks three such convolutions with no residual and no norm: each scales the clip by ~0.06, so
+    ~1e-5 of it is left next to the biases (woken to 0.02 so no path is dead), and the logits move by
+    ~1e-6 when only the clip changes. Trained, these towers are driven by the clip; a tiny model whose
+    audio is drowned out would hide a graph that drops the clip."""
+    generator = torch.Generator().manual_seed(seed + 2)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+                weight = module.weight
+                fan_in = weight[0].numel()
+                value = torch.randn(weight.shape, generator=generator) / fan_in ** 0.5
+                weight.copy_(value.to(weight.dtype))
 
 
 def audio_samples(model, seed: int) -> list[dict]:

@@ -188,9 +188,14 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 
 
 def _build(cls: type, config, seed: int):
+    from ..audio import has_audio_path
     from ..models import random_model
+    from .audio_attempt import unit_gain_convolutions
 
-    return random_model(cls, config, seed)
+    model = random_model(cls, config, seed)
+    if has_audio_path(cls, config):
+        unit_gain_convolutions(model, seed)
+    return model
 
 
 def check_architecture(

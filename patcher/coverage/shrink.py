@@ -44,6 +44,9 @@ _WIDTH = {
     "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
     "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
     "cross_hidden_size",  # Dia's decoder: the width of the encoder states it cross-attends to
+    # Phi-4 multimodal's audio conformer: its convolution module's output channels, which its blocks
+    # add back onto their hidden states (1024 with hidden_size 1024)
+    "ext_pw_out_channel", "depthwise_separable_out_channel",
 }
 _LAYERS = {
     "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",

@@ -9,17 +9,38 @@ Q-Former instruction (``qformer_input_ids``) where ``forward`` takes one.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .layout import ImageLayout, num_channels, register_layout, side, vision_config, vision_owner
 from .tokens import first_field
 
 
+#: final positions per side of a convolutional pyramid that states no image size: the image is
+#: this many times the pyramid's total stride (Florence-2's DaViT, stride 32: 128 px; its processor's
+#: 768 px give 24 per side, too many image tokens for the tiny text model's positions)
+PYRAMID_GRID = 4
+
+
 def default_size(config) -> tuple[int, int]:
-    size = first_field(pixel_tower_config(config), ("image_size", "img_size"))
+    tower = pixel_tower_config(config)
+    size = first_field(tower, ("image_size", "img_size"))
     if size is None:
-        raise ValueError(f"{config.model_type}: vision_config has no image_size; the fixed-size layout needs one")
+        stride = pyramid_stride(tower)
+        if stride is None:
+            raise ValueError(f"{config.model_type}: vision_config has no image_size; the fixed-size layout needs one")
+        return stride * PYRAMID_GRID, stride * PYRAMID_GRID
     return (side(size[0]), side(size[1])) if isinstance(size, (list, tuple)) else (int(size), int(size))
+
+
+def pyramid_stride(tower) -> int | None:
+    """The total stride of a tower of convolutional stages (``patch_stride``, one per stage), whose
+    size the processor alone fixes: any multiple of it is an image size it takes. None for others."""
+    strides = getattr(tower, "patch_stride", None)
+    if isinstance(strides, (list, tuple)) and strides and all(isinstance(item, int) and item > 0 for item in strides):
+        return math.prod(strides)
+    return None
 
 
 def pixel_tower_config(config):
