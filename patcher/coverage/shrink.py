@@ -114,6 +114,8 @@ _BASE_CHANNELS = {"base_channels": 32, "num_filters": 4, "upsample_initial_chann
 #: factors a vision tower's patch grid is divided by a side before the text model sees it
 _MERGE = ("spatial_merge_size", "merge_size", "scale_factor")
 _SIZE_KEYS = _WIDTH | _HEADS | _KV_HEADS | _HEAD_DIM | _HALF_HEAD_DIM | _INTERMEDIATE | _MOE_INTERMEDIATE | _LORA
+#: per-layer kind lists that give the layer count of a config without a count field
+_LAYER_KIND_LISTS = ("layers_block_type", "layer_types")
 _PER_LAYER_NAMES = ("layer", "idx", "indices", "indexes", "block_type", "pattern", "mlp_only", "blocks")
 #: Name endings of a single layer index (MiniCPM-V's ``insert_layer_id``).
 _LAYER_INDEX_SUFFIXES = ("_layer_id", "_layer_idx", "_layer_index")
@@ -286,6 +288,12 @@ class _Shrinker:
         original_hidden = data.get("hidden_size")
         layer_keys = [key for key in _LAYERS if isinstance(data.get(key), int) and not isinstance(data[key], bool)]
         old_layers = max((data[key] for key in layer_keys), default=None)
+        if old_layers is None:
+            # no count to shrink: the count is the length of the per-layer kinds (NemotronH's
+            # num_hidden_layers is a property of layers_block_type; 52 layers in Nemotron transcribe)
+            old_layers = max((len(value) for key, value in data.items() if key in _LAYER_KIND_LISTS
+                              and isinstance(value, list) and value and all(isinstance(item, str) for item in value)),
+                             default=None)
         keep = self._layers_to_keep(data, old_layers) if old_layers else None
         for key, value in list(data.items()):
             if _is_config(value):
