@@ -467,3 +467,15 @@ def test_overall_line_counts_every_input_and_unbuilt_samples_as_not_equal():
     unbuilt = CoverageRow("E", built=False)
     line = overall_line([text_only, with_images, unfed, unequal, unbuilt])
     assert line.startswith("Equal on every input: 2 of 5 (40%)"), line
+
+
+def test_shrinking_cuts_per_layer_kinds_of_a_config_without_a_count_field():
+    # NemotronH's layer count is a property of layers_block_type: nested in Nemotron transcribe it has
+    # 52 kinds and no count field, and was left at 52 layers (the row timed out)
+    from patcher.models import resolve_model_class
+
+    real = resolve_model_class("Nemotron3_5TranscribeForConditionalGeneration").config_class().text_config
+    text = shrink_config(resolve_model_class("Nemotron3_5TranscribeForConditionalGeneration").config_class).text_config
+    assert len(real.layers_block_type) > 10 and "num_hidden_layers" not in real.to_dict()
+    assert set(text.layers_block_type) == set(real.layers_block_type)  # every kind kept
+    assert len(text.layers_block_type) == text.num_hidden_layers <= 4
