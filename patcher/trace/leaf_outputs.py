@@ -146,7 +146,9 @@ def eager_leaf_outputs(model: nn.Module, sample: Mapping[str, Any], flags: Mappi
     devices = sorted({tensor.device.index or 0 for tensor in model.parameters() if tensor.device.type == "cuda"})
     try:
         # the caller's random draws stay as they were (dropout in train mode), and so does the model
-        with torch.random.fork_rng(devices=devices), torch.no_grad(), preserved_model_state(model):
+        # leaves run as the graph will run them: with the config's own use_cache (the trace turns it
+        # off while tracing; a leaf called by the graph reads it again, as CLVP's decoder does)
+        with torch.random.fork_rng(devices=devices), torch.no_grad(), preserved_model_state(model, disable_cache=False):
             model(**sample, **{key: value for key, value in flags.items() if key not in sample})
     except Exception:  # noqa: BLE001 - the trace is what reports problems with the sample
         return None
@@ -180,7 +182,7 @@ def observed_output_keys(model: nn.Module, sample_input: Mapping[str, Any], fixe
             if name is not None:
                 handles.append(module.register_forward_hook(
                     lambda _module, _args, output, name=name: calls[name].append(_keys(output))))
-        with preserved_model_state(model), torch.no_grad():
+        with preserved_model_state(model, disable_cache=False), torch.no_grad():  # as the graph runs leaves
             model(**sample_input, **{key: value for key, value in fixed.items() if key not in sample_input})
     finally:
         for handle in handles:
