@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from patcher.audio import build_audio_sample, fill_audio_ids, with_other_audio
-from patcher.coverage.audio_attempt import MIN_AUDIO_INFLUENCE
+from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.check import _build
 from patcher.coverage.shrink import shrink_config
 
@@ -49,7 +49,7 @@ def test_feature_counts_told_to_the_model_match_its_audio_tokens():
     per_row = (sample["input_ids"] == config.audio_config.audio_token_id).sum(-1)
     assert per_row.tolist() == sample["audio_embed_sizes"].tolist() and per_row.min() > 0
     other = with_other_audio(sample, 0)
-    assert (_logits(model, sample) - _logits(model, other)).abs().max() > MIN_AUDIO_INFLUENCE
+    assert (_logits(model, sample) - _logits(model, other)).abs().max() > MIN_INFLUENCE
 
 
 def test_a_fastconformer_subsampling_carries_the_clip_to_the_logits():
@@ -59,4 +59,4 @@ def test_a_fastconformer_subsampling_carries_the_clip_to_the_logits():
     _config, model = _tiny(CanaryForConditionalGeneration)
     sample = build_audio_sample(model, batch_size=2)
     other = with_other_audio(sample, 0)
-    assert (_logits(model, sample) - _logits(model, other)).abs().max() > MIN_AUDIO_INFLUENCE
+    assert (_logits(model, sample) - _logits(model, other)).abs().max() > MIN_INFLUENCE

@@ -15,6 +15,7 @@ import torch
 import transformers
 
 from patcher.coverage import architectures, check_architecture, find_targets, shrink_config, tensor_diff
+from patcher.coverage.modalities import MIN_INFLUENCE, MODALITIES
 from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
 from patcher.coverage.sweep_samples import coverage_text_sample, special_tokens
@@ -307,6 +308,48 @@ def test_summary_counts(cache_dir):
     line = summary(rows)
     assert line.startswith("2 architectures: built 1 (50%)") and "equal 1" in line
     assert top_blockers(rows)[0][1] == 1
+
+
+#: An input each modality's ``vary`` changes (its samples carry it).
+MODALITY_INPUTS = {"images": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
+
+
+@pytest.mark.parametrize("modality", MODALITIES, ids=lambda modality: modality.label)
+def test_every_modality_is_checked_and_reported_through_one_interface(modality):
+    # One influence check and one report path for every modality: an input that never reaches the
+    # output stops the attempt at "influence", the row names it as its blocker, and the summary,
+    # the column and the "Per modality" line count it; the same input read by the model passes.
+    from patcher.coverage.check import Attempt, CoverageRow, check_influence
+    from patcher.coverage.report import blocker
+
+    class Ignores(torch.nn.Module):
+        def forward(self, input_ids, **inputs):
+            return {"logits": input_ids.float() * 2}
+
+    class Reads(torch.nn.Module):
+        def forward(self, input_ids, **inputs):
+            return {"logits": input_ids.float() * inputs[MODALITY_INPUTS[modality.label]].sum()}
+
+    sample = {"input_ids": torch.ones(2, 3, dtype=torch.long),
+              MODALITY_INPUTS[modality.label]: torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(0))}
+    attempt = Attempt(modality.attempt, ran=True)
+    assert check_influence(attempt, modality, Ignores(), sample, Ignores()(**sample), {}, seed=0) is None
+    assert attempt.stage == "influence" and attempt.influence == 0.0
+    assert attempt.blocker_kind == f"no {modality.noun} influence" and f"only {modality.varied} changed" in attempt.error
+
+    row = CoverageRow("BlindForConditionalGeneration", built=True,
+                      text=Attempt("text", ran=True, traced=True, equal=True), **{modality.attempt: attempt})
+    assert blocker(row)[0] == f"influence: no {modality.noun} influence"
+    assert f"; {modality.label}: 1 {modality.given}, built 0, traced 0, equal 0" in summary([row])
+    table = markdown([row])
+    assert f"| {modality.attempt} |" in table and f"- {modality.label}: built 0, traced 0, equal 0 (of 1" in table
+    assert CoverageRow.from_dict(row.as_dict()) == row
+
+    reads = Attempt(modality.attempt, ran=True)
+    varied, output = check_influence(reads, modality, Reads(), sample, Reads()(**sample), {}, seed=0)
+    assert reads.stage is None and reads.influence > MIN_INFLUENCE
+    changed = [name for name in sample if not torch.equal(sample[name], varied[name])]
+    assert changed == [MODALITY_INPUTS[modality.label]] and torch.equal(output["logits"], Reads()(**varied)["logits"])
 
 
 def test_shrinking_scales_grid_pinpoints_with_the_vision_tower():

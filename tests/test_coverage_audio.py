@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from patcher.coverage import check_architecture
-from patcher.coverage.audio_attempt import AUDIO_ONLY, MIN_AUDIO_INFLUENCE
+from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.coverage.modalities.audio import AUDIO_ONLY
 
 # what each adds to the slice
 WITH_AUDIO = {
@@ -47,7 +48,7 @@ def test_traces_with_audio_and_equals_eager(name, coverage_row):
     audio = row.audio
     assert row.built and audio is not None, (row.stage, row.error)
     assert audio.ran, (audio.stage, audio.error)
-    assert audio.influence is not None and audio.influence > MIN_AUDIO_INFLUENCE, audio
+    assert audio.influence is not None and audio.influence > MIN_INFLUENCE, audio
     assert audio.traced, (audio.stage, audio.error, audio.blocker_location)
     assert audio.subgraphs == audio.expected >= 2, audio
     assert audio.max_diff == 0.0 and audio.reuse_diff == 0.0, audio
@@ -63,7 +64,7 @@ def test_traces_with_audio_and_equals_eager(name, coverage_row):
 def test_audio_failures_are_loud(name, coverage_row):
     row = coverage_row(name)
     stage, where, _why = AUDIO_FAILS[name]
-    assert row.audio is not None and row.audio.ran and row.audio.influence > MIN_AUDIO_INFLUENCE, row.audio
+    assert row.audio is not None and row.audio.ran and row.audio.influence > MIN_INFLUENCE, row.audio
     assert not row.audio.equal and row.audio.stage == stage, row.audio
     assert where in (row.audio.blocker_location or ""), row.audio
 

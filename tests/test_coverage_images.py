@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from patcher.coverage import check_architecture
-from patcher.coverage.check import MIN_IMAGE_INFLUENCE, NEEDS_IMAGES, NO_TOWER
+from patcher.coverage.check import NO_TOWER
+from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.coverage.modalities.images import NEEDS_IMAGES
 
 # layout in brackets: what each adds to the slice
 WITH_IMAGES = [
@@ -54,7 +56,7 @@ def test_traces_with_images_and_equals_eager(name, coverage_row):
     row = coverage_row(name)
     images = row.multimodal
     assert row.built and images is not None, (row.stage, row.error)
-    assert images.influence is not None and images.influence > MIN_IMAGE_INFLUENCE, images
+    assert images.influence is not None and images.influence > MIN_INFLUENCE, images
     assert images.traced, (images.stage, images.error, images.blocker_location)
     assert images.subgraphs == images.expected >= 2, images
     assert images.max_diff == 0.0 and images.reuse_diff == 0.0, images
@@ -177,7 +179,8 @@ def test_a_chain_that_traced_but_failed_to_run_names_its_error_in_the_cell():
 def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence():
     import torch
 
-    from patcher.coverage.check import Attempt, CoverageRow, _check_image_influence
+    from patcher.coverage.check import Attempt, CoverageRow, check_influence
+    from patcher.coverage.modalities import IMAGES
     from patcher.coverage.report import blocker, summary
 
     class IgnoresPixels(torch.nn.Module):
@@ -186,7 +189,7 @@ def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence
 
     attempt = Attempt("multimodal", ran=True)
     sample = {"input_ids": torch.arange(6).view(2, 3), "pixel_values": torch.randn(2, 3, 4, 4)}
-    _check_image_influence(attempt, IgnoresPixels(), sample, {}, seed=0)
+    assert check_influence(attempt, IMAGES, IgnoresPixels(), sample, IgnoresPixels()(**sample), {}, seed=0) is None
     assert attempt.stage == "influence" and attempt.influence == 0.0 and not attempt.equal
     row = CoverageRow("BlindForConditionalGeneration", built=True, text=Attempt("text", ran=True, traced=True, equal=True),
                       multimodal=attempt)

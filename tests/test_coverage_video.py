@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from patcher.coverage.check import (
-    MIN_IMAGE_INFLUENCE, NEEDS_IMAGES, Attempt, CoverageRow, _build, tensor_diff, with_other_pixels,
-)
+from patcher.coverage.check import Attempt, CoverageRow, _build, tensor_diff
+from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.coverage.modalities.images import NEEDS_IMAGES, with_other_pixels
 from patcher.coverage.shrink import shrink_config
 from patcher.models import resolve_model_class
 from patcher.videos import second_video_layout, video_layout_for, video_sample, video_token_id
@@ -28,7 +28,7 @@ def test_traces_with_video_and_equals_eager(name, coverage_row):
     row = coverage_row(name)
     video = row.video
     assert row.built and video is not None, (row.stage, row.error)
-    assert video.ran and video.influence is not None and video.influence > MIN_IMAGE_INFLUENCE, video
+    assert video.ran and video.influence is not None and video.influence > MIN_INFLUENCE, video
     assert video.traced, (video.stage, video.error, video.blocker_location)
     assert video.subgraphs == video.expected >= 2, video
     assert video.max_diff == 0.0 and video.reuse_diff == 0.0, video
@@ -69,7 +69,7 @@ def test_video_tokens_are_what_the_video_path_yields_and_the_video_reaches_the_l
     # the video reaches the logits on either layout
     with torch.no_grad():
         first, other = model(**sample).logits, model(**with_other_pixels(sample, seed=1)).logits
-    assert tensor_diff(first, other) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, other) > MIN_INFLUENCE
 
 
 def test_the_two_video_layouts_differ_and_refuse_partial_temporal_patches():
@@ -97,7 +97,8 @@ def test_video_share_in_the_summary_and_its_column():
 
 
 def test_a_video_that_never_reaches_the_logits_fails_the_attempt():
-    from patcher.coverage.check import _check_image_influence
+    from patcher.coverage.check import check_influence
+    from patcher.coverage.modalities import VIDEO
 
     class IgnoresVideo(torch.nn.Module):
         def forward(self, input_ids, pixel_values_videos):
@@ -105,6 +106,6 @@ def test_a_video_that_never_reaches_the_logits_fails_the_attempt():
 
     attempt = Attempt("video", ran=True)
     sample = {"input_ids": torch.ones(1, 3, dtype=torch.long), "pixel_values_videos": torch.randn(1, 2, 3, 4, 4)}
-    _check_image_influence(attempt, IgnoresVideo(), sample, {}, seed=0)
+    assert check_influence(attempt, VIDEO, IgnoresVideo(), sample, IgnoresVideo()(**sample), {}, seed=0) is None
     assert attempt.stage == "influence" and attempt.blocker_kind == "no video influence" and attempt.influence == 0
     assert tensor_diff(torch.zeros(2), torch.zeros(2)) == 0

@@ -9,7 +9,9 @@ import transformers
 from hypothesis import given
 from hypothesis import strategies as st
 
-from patcher.coverage.check import MIN_IMAGE_INFLUENCE, _build, tensor_diff, with_other_pixels
+from patcher.coverage.check import _build, tensor_diff
+from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.coverage.modalities.images import image_layout, with_other_pixels
 from patcher.coverage.shrink import shrink_config
 from patcher.images import layout_for, second_layout
 from patcher.images.layout import forward_inputs
@@ -93,7 +95,7 @@ def test_the_pixels_reach_the_logits(layout_name):
     sample = multimodal_sample(config, batch_size=2, seq_len=5, generator=torch.Generator().manual_seed(1), model=model)
     with torch.no_grad():
         first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
@@ -151,7 +153,7 @@ def test_document_models_take_their_family_sample_and_see_its_pixels(layout_name
     with torch.no_grad():
         first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
     assert first.shape[:2] == sample["input_ids"].shape
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 @pytest.mark.parametrize("layout_name", ["qwen_vl", "merged_patches"])
@@ -213,7 +215,7 @@ def test_square_sample_has_one_token_per_feature_and_its_pixels_reach_the_logits
     with torch.no_grad():
         first = model(**sample).logits  # the model's own token/feature count check passes
         second = model(**with_other_pixels(sample, seed=3)).logits
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 def test_a_vision_tower_in_the_encoder_config_is_found_and_the_decoder_gets_text():
@@ -509,7 +511,7 @@ def test_gemma4_unified_takes_processor_merged_patches_one_token_each():
         assert layout.config_count(config, size) == real
         with torch.no_grad():
             first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
-        assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+        assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 def test_patch_positions_are_x_y_row_major_with_padding_at_minus_one():
@@ -552,18 +554,16 @@ def test_kosmos2_5_sample_marks_the_latent_queries_and_numbers_the_patches(secon
 
 
 def test_kosmos2_5_other_pixels_keep_the_grid_and_reach_the_logits():
-    from patcher.coverage.check import _layout
-
     config, model = tiny("Kosmos2_5ForConditionalGeneration")
     sample = multimodal_sample(config, batch_size=2, seq_len=5, generator=torch.Generator().manual_seed(1), model=model)
-    other = with_other_pixels(sample, seed=3, layout=_layout(config))
+    other = with_other_pixels(sample, seed=3, layout=image_layout(config))
     before, after = sample["flattened_patches"], other["flattened_patches"]
     assert torch.equal(before[..., :2], after[..., :2])  # row/column ids
     real = before[..., :2].ne(0).all(-1)
     assert (after[~real] == 0).all() and not torch.equal(before[real], after[real])
     with torch.no_grad():
         first, second = model(**sample).logits, model(**other).logits
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 def test_git_puts_one_image_before_each_row_and_no_image_tokens_in_the_text():
@@ -607,7 +607,7 @@ def test_kosmos2_features_go_exactly_where_the_position_mask_says(num_images):
     assert torch.equal(mask.bool(), sample["input_ids"] == config.text_config.bos_token_id)
     with torch.no_grad():
         first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE
 
 
 @pytest.mark.parametrize("name", ["InstructBlipForConditionalGeneration", "Blip2ForConditionalGeneration"])
@@ -625,4 +625,4 @@ def test_blip2_family_gets_a_placeholder_and_instructblip_its_qformer_instructio
         assert int(sample["qformer_input_ids"].max()) < config.qformer_config.vocab_size
     with torch.no_grad():
         first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
-    assert tensor_diff(first, second) > MIN_IMAGE_INFLUENCE
+    assert tensor_diff(first, second) > MIN_INFLUENCE

@@ -108,7 +108,8 @@ def _zoo_case(entry: str):
 
 def _outside_zoo_case(name: str):
     """The coverage sweep's tiny model, patched by ``load_traceable``, and its two image layouts."""
-    from patcher.coverage.check import _build, _samples
+    from patcher.coverage.check import _build
+    from patcher.coverage.modalities import IMAGES
     from patcher.coverage.discover import find_layers, trace_targets
     from patcher.coverage.shrink import shrink_config
     from patcher.models import build_model, resolve_model_class
@@ -119,7 +120,7 @@ def _outside_zoo_case(name: str):
     classes, layer_list = find_layers(meta)
     targets = trace_targets(meta, classes, layer_list)
     model = _build(load_traceable(cls, targets=classes), config, seed=0)
-    return model, _samples(config, "multimodal", 0, model=model), targets
+    return model, IMAGES.samples(config, model, 0), targets
 
 
 def _text_case(class_name: str, config_class: str, plain: bool = False):

@@ -101,14 +101,13 @@ SAMPLE_LAYOUT = SampleLayout(image_token="image_token_id", image_token_count=ima
                              token_type_key="mm_token_type_ids")
 
 # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-# builders opaque). The vision tower ``model.visual`` is no ancestor of a target, so it is a single
-# call anyway; naming it keeps it opaque whatever the targets (Qwen2.5-VL's window index is built
-# from ``grid_thw.tolist()``). ``get_image_features`` / ``get_video_features`` split the merged
-# patches per image with ``.tolist()`` split sizes (the number of chunks depends on the input):
-# traced through, the chunk count would be baked.
+# builders opaque) with the recipe's targets (``VISION_IGNORE`` replaces them when the tower's blocks
+# are targets). The vision tower ``model.visual`` is no ancestor of these targets, so it is a single
+# call anyway; the entry changes nothing with them. ``get_image_features`` / ``get_video_features``
+# split the merged patches per image with ``.tolist()`` split sizes (the number of chunks depends on
+# the input): traced through, the chunk count would be baked.
 DEFAULT_IGNORE: list[str] = [
     "re:model\\.visual",
-    "get_rope_index",
     "get_image_features",
     "get_video_features",
 ]

@@ -2,7 +2,8 @@
 
 - :mod:`.shrink`: ``shrink_config(config_class)``, a tiny config from the class defaults.
 - :mod:`.discover`: ``architectures()`` to cover and ``find_targets(model)`` (decoder layers).
-- :mod:`.samples`: text samples that avoid special tokens; multimodal ones where a builder exists.
+- :mod:`.sweep_samples`: text samples that avoid special tokens; multimodal ones where a builder exists.
+- :mod:`.modalities`: what the sweep feeds besides text (images, video, audio), one declaration each.
 - :mod:`.check`: ``check_architecture(name) -> CoverageRow``, never raising for model failures.
 - :mod:`.runner`: one process per architecture with a time limit; :mod:`.report`: tables.
 """

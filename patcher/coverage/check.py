@@ -18,19 +18,18 @@ from typing import Any
 import torch
 
 from ..registry.origins import noted_location, original_line
+from .modalities import MIN_INFLUENCE, MODALITIES, Modality
 from ..verify.compare import compare, sweep_tolerance
 from ..trace.influence import accepts as _accepts, eager_ignores, main_output as _output
 from ..verify.compare import max_abs_diff as tensor_diff  # the sweep's public name for it
 
 MAX_PARAMETERS = 50_000_000
-#: Eager logits must move by more than this when only the pixels change, or the image sample is
-#: broken (image tokens missing or misplaced, pixels ignored): the row fails, never counts as equal.
-MIN_IMAGE_INFLUENCE = 1e-4
 
 
 @dataclass
 class Attempt:
-    """One sample kind (``text``, ``multimodal``, ``video``) of one architecture."""
+    """One sample kind of one architecture: ``text``, a modality's (``modalities.MODALITIES``), or
+    ``vision_blocks``."""
 
     mode: str
     ran: bool = False  # the eager original ran on the sample
@@ -40,7 +39,7 @@ class Attempt:
     expected: int | None = None
     max_diff: float | None = None
     reuse_diff: float | None = None
-    influence: float | None = None  # images, video: max |logits change| when only the pixels change
+    influence: float | None = None  # a modality's: max |output change| when only its input changes
     stage: str | None = None  # where it stopped: sample, eager, influence, trace, run, reuse, compare
     error: str | None = None
     blocker_kind: str | None = None
@@ -50,7 +49,18 @@ class Attempt:
     unused_inputs: list[str] = field(default_factory=list)  # sample inputs eager ignores as well
 
 
+def _modality_attempts(cls):
+    """One ``Attempt | None`` field per modality, named by its ``attempt`` (``row.multimodal``,
+    ``row.video``, ``row.audio``): None where the class is not given that modality. Declared by the
+    modality, so that adding one adds its field (and its column in the report's JSON rows)."""
+    for modality in MODALITIES:
+        cls.__annotations__[modality.attempt] = "Attempt | None"
+        setattr(cls, modality.attempt, None)
+    return cls
+
+
 @dataclass
+@_modality_attempts
 class CoverageRow:
     architecture: str
     model_type: str | None = None
@@ -66,14 +76,9 @@ class CoverageRow:
     #: vision part (None: not known, the class or config did not load)
     image_path: bool | None = None
     text: Attempt | None = None
-    multimodal: Attempt | None = None
-    #: a video sample (``patcher.videos``) where the family has a video layout
-    video: Attempt | None = None
     #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
-    #: a clip fed to a class whose forward takes audio (patcher.coverage.audio_attempt)
-    audio: Attempt | None = None
     seconds: float = 0.0
 
     @property
@@ -90,7 +95,7 @@ class CoverageRow:
     @classmethod
     def from_dict(cls, data: dict) -> "CoverageRow":
         data = dict(data)
-        for key in ("text", "multimodal", "video", "vision_blocks", "audio"):
+        for key in ("text", "vision_blocks", *(modality.attempt for modality in MODALITIES)):
             if data.get(key) is not None:
                 data[key] = Attempt(**data[key])
         return cls(**data)
@@ -190,7 +195,7 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 def _build(cls: type, config, seed: int):
     from ..audio import has_audio_path
     from ..models import random_model
-    from .audio_attempt import unit_gain_convolutions
+    from .modalities.audio import unit_gain_convolutions
 
     model = random_model(cls, config, seed)
     if has_audio_path(cls, config):
@@ -214,11 +219,8 @@ def check_architecture(
     from ..trace.tracer import sample_keys_not_taken
     from ..traceable import load_traceable
     from .discover import find_layers, trace_targets
-    from ..videos import has_video_layout
-    from .sweep_samples import has_multimodal_builder
     from .shrink import shrink_config
-    from ..audio import fill_audio_ids, has_audio_path
-    from .audio_attempt import check_audio_influence, mark_audio_only
+    from ..audio import fill_audio_ids
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -251,23 +253,23 @@ def check_architecture(
         return row
 
     original_file = inspect.getsourcefile(sys.modules[cls.__module__])
-    attempts = [Attempt("text")]
-    if multimodal and has_multimodal_builder(config):
-        attempts.append(Attempt("multimodal"))
-    if multimodal and has_video_layout(config):
-        attempts.append(Attempt("video"))
-    row.text = attempts[0]
-    row.multimodal = next((attempt for attempt in attempts if attempt.mode == "multimodal"), None)
-    row.video = next((attempt for attempt in attempts if attempt.mode == "video"), None)
-    if multimodal and has_audio_path(cls, config):
-        row.audio = Attempt("audio")
-        attempts.append(row.audio)
+    row.text = Attempt("text")
+    attempts = [row.text]
+    modality_of: dict[str, Modality] = {}
+    for modality in MODALITIES if multimodal else ():
+        if modality.takes(cls, config):
+            attempt = Attempt(modality.attempt)
+            setattr(row, modality.attempt, attempt)
+            attempts.append(attempt)
+            modality_of[attempt.mode] = modality
 
     # The eager original on each sample first: "built" means the tiny model runs.
     samples = {}
     for attempt in attempts:
+        modality = modality_of.get(attempt.mode)
         try:
-            samples[attempt.mode] = _samples(config, attempt.mode, seed, model=original)
+            samples[attempt.mode] = (modality.samples(config, original, seed) if modality is not None
+                                     else _text_samples(config, seed, original))
             # Inputs the forward cannot take would be refused by the tracer: decoder_input_ids of a
             # decoder-only head on an encoder-decoder config (PegasusForCausalLM), attention_mask of
             # a model without one (xLSTM, whose **kwargs pass it to nothing)
@@ -289,22 +291,19 @@ def check_architecture(
             _record_failure(attempt, "eager", exc, _Generated(), original_file)
             samples.pop(attempt.mode)
             continue
-        if attempt.mode in ("multimodal", "video"):
-            try:
-                _check_image_influence(attempt, original, samples[attempt.mode][0][0], extra, seed)
-            except Exception as exc:  # noqa: BLE001
-                _record_failure(attempt, "influence", exc, _Generated(), original_file)
-            if attempt.stage == "influence":
-                samples.pop(attempt.mode)
-        if attempt.mode == "audio":
-            check_audio_influence(attempt, samples[attempt.mode][1])
-            if attempt.stage == "influence":
-                samples.pop(attempt.mode)
-    mark_audio_only(row.text, row.audio)
-    text = attempts[0]
-    visual = [attempt for attempt in attempts if attempt.mode in ("multimodal", "video")]
-    if not text.ran and text.stage == "eager" and any(attempt.ran for attempt in visual):
-        text.stage = NEEDS_IMAGES  # its error stays: what the forward said without images
+        if modality is None:
+            continue
+        inputs, expected, calls = samples[attempt.mode]
+        try:
+            varied = check_influence(attempt, modality, original, inputs[0], expected[0], extra, seed)
+        except Exception as exc:  # noqa: BLE001
+            _record_failure(attempt, "influence", exc, _Generated(), original_file)
+            varied = None
+        if varied is None:
+            samples.pop(attempt.mode)
+        elif modality.chain_runs_varied:
+            samples[attempt.mode] = ([*inputs, varied[0]], [*expected, varied[1]], calls)
+    _mark_text_alone(row.text, [(modality_of[attempt.mode], attempt) for attempt in attempts[1:]])
     row.built = any(attempt.ran for attempt in attempts)
     if not row.built:
         row.stage, row.error = "eager", attempts[0].error
@@ -336,9 +335,10 @@ def check_architecture(
         if attempt.mode in samples:
             _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file,
                      sweep_tolerance(atol))
-    if "multimodal" in samples:
-        _vision_blocks_attempt(row, cls, config, original, classes, samples["multimodal"][:2], cache_dir, seed,
-                               original_file, atol)
+    for mode, modality in modality_of.items():
+        if modality.vision_blocks and mode in samples:
+            _vision_blocks_attempt(row, cls, config, original, classes, samples[mode][:2], cache_dir, seed,
+                                   original_file, atol)
     row.seconds = time.perf_counter() - start
     return row
 
@@ -358,16 +358,6 @@ def has_image_path(cls, config) -> bool:
     config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
-
-#: The stage of the text attempt of a model whose forward cannot run without images: BLIP's and
-#: InstructBLIP's required ``pixel_values`` (and ``qformer_input_ids``), Kosmos-2's "``pixel_values``
-#: or ``image_embeds``", InstructBLIP-Video's frames. Decided by evidence, not by a list: eager raised
-#: on the text sample and ran on the image or video sample (the same kind of text, plus the layout's
-#: pixel inputs). The text attempt then
-#: keeps its error and is neither a failure nor a success; the row is built, traced and compared by
-#: its image (or video) attempts alone (and the report counts it apart, "need images"). A text sample that fails
-#: while the image sample fails too stays a build failure.
-NEEDS_IMAGES = "needs images"
 
 #: The stage of a vision-blocks attempt on a model whose images reach the text model without a
 #: tower of blocks: nothing to split, so neither a failure nor a success of the attempt.
@@ -407,97 +397,49 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
              sweep_tolerance(atol))
 
 
-def _samples(config, mode: str, seed: int, model=None) -> list[dict]:
-    """Two samples of the mode (three for video); for images the second has another layout (another
-    image size where the family takes several, else two images per row), so the graph is reused on
-    a new layout."""
-    from ..images import second_layout
-    from .sweep_samples import coverage_multimodal_sample, coverage_text_sample
+def _text_samples(config, seed: int, model) -> list[dict]:
+    """Two text samples: another batch size, length and left padding on the second, so the graph is
+    reused on a new layout."""
+    from .sweep_samples import coverage_text_sample, with_encoder_embeds
 
-    if mode == "audio":
-        from .audio_attempt import audio_samples
-
-        return audio_samples(model, seed)
-    if mode == "text":
-        from .sweep_samples import with_encoder_embeds
-
-        return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
-                                                                 seed=seed), seed),
-                with_encoder_embeds(model, coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2,
-                                                                 seed=seed + 1), seed + 1)]
-    if mode == "video":
-        # one video per row; the second sample has other frames (count, size); the third is the
-        # first with another video, so the traced chain must follow eager where only the video
-        # changes (the influence check shows that eager changes)
-        from ..videos import second_video_layout, video_sample
-
-        first = video_sample(config, batch_size=2, seq_len=8, left_padding=1, model=model,
-                             generator=torch.Generator().manual_seed(seed))
-        return [first, video_sample(config, batch_size=1, seq_len=13, model=model,
-                                    generator=torch.Generator().manual_seed(seed + 1), **second_video_layout(config)),
-                with_other_pixels(first, seed)]
-    return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
-            coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1, model=model,
-                                       **second_layout(config))]
+    return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
+                                                             seed=seed), seed),
+            with_encoder_embeds(model, coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2,
+                                                             seed=seed + 1), seed + 1)]
 
 
-def with_other_pixels(sample: dict, seed: int, layout=None) -> dict:
-    """The sample with other pixel values: the image layout's own ``other_pixels`` where it has one
-    (patch rows carrying their grid position), else every floating-point image input
-    (``pixel_values``, ``image_patches``, ``flattened_patches``, ...) replaced by other random values
-    of the same shape; tokens, sizes and masks unchanged."""
-    generator = torch.Generator().manual_seed(seed + 7919)
-    if layout is not None and layout.other_pixels is not None:
-        return layout.other_pixels(sample, generator)
-    other = dict(sample)
-    for name, value in sample.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() \
-                and any(word in name for word in ("pixel", "image", "patches")):
-            other[name] = torch.randn(value.shape, generator=generator).to(value.dtype)
-    return other
-
-
-def _layout(config):
-    """The image layout (``patcher.images``) whose builder makes the config's samples; None for
-    other builders (the zoo's)."""
-    from ..samples import multimodal_builder
-
-    builder = multimodal_builder(config.model_type) if config is not None else None
-    return getattr(builder, "layout", None)
-
-
-def _builder_location(config) -> str | None:
-    """``file:line`` of the image sample builder used for the config (where a broken sample is made)."""
-    from ..samples import multimodal_builder
-    from ..trace.diagnose import _short_path
-
-    builder = multimodal_builder(config.model_type) if config is not None else None
-    layout = getattr(builder, "layout", None)
-    target = layout.pixels if layout is not None else builder
-    try:
-        return f"{_short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
-    except (TypeError, OSError):
-        return None
-
-
-def _check_image_influence(attempt: Attempt, model, sample: dict, extra: dict, seed: int) -> None:
-    """Eager logits must change when only the pixels change; else the image (for a ``video``
-    attempt: the video) never reaches them."""
-    video = attempt.mode == "video"
-    other = with_other_pixels(sample, seed, None if video else _layout(getattr(model, "config", None)))
-    if all(other[name] is sample[name] for name in sample):
-        raise ValueError("the image sample has no floating-point pixel input to vary")
+def check_influence(attempt: Attempt, modality: Modality, model, sample: dict, output, extra: dict,
+                    seed: int) -> tuple[dict, Any] | None:
+    """Eager's output must change when only the modality's input changes: else that input never
+    reaches it (a broken sample, or a tower that drops it), and the attempt stops at ``influence``
+    (None). ``output``: eager's output on ``sample``. Returns the varied sample and eager's output
+    on it."""
+    config = getattr(model, "config", None)
+    varied = modality.vary(sample, seed, config)
     with torch.no_grad():
-        key, first = _output(model(**sample, **extra))
-        _, second = _output(model(**other, **extra), key)
+        reference = model(**varied, **extra)
+    key, first = _output(output)
+    _, second = _output(reference, key)
     attempt.influence = tensor_diff(first, second)
-    if not attempt.influence > MIN_IMAGE_INFLUENCE:
-        attempt.stage = "influence"
-        attempt.blocker_kind = "no video influence" if video else "no image influence"
-        attempt.blocker_location = None if video else _builder_location(getattr(model, "config", None))
-        attempt.error = (f"eager {key!r} changed by {attempt.influence:.1e} (<= {MIN_IMAGE_INFLUENCE}) when only the "
-                         "pixels changed: the image never reaches them (check the sample's image tokens and pixel layout, "
-                         "and that the tiny vision tower's output depends on its pixels)")
+    if attempt.influence > MIN_INFLUENCE:
+        return varied, reference
+    attempt.stage = "influence"
+    attempt.blocker_kind = f"no {modality.noun} influence"
+    attempt.blocker_location = modality.sample_location(config)
+    attempt.error = (f"eager {key!r} changed by {attempt.influence:.1e} (<= {MIN_INFLUENCE}) when only "
+                     f"{modality.varied} changed: the {modality.noun} never reaches them ({modality.hint})")
+    return None
+
+
+def _mark_text_alone(text: Attempt, given: list[tuple[Modality, Attempt]]) -> None:
+    """A text attempt that failed in eager while a modality's attempt ran: the model needs that
+    input (decided by evidence, not by a list). Its error stays: what the forward said without it."""
+    if text.ran or text.stage != "eager":
+        return
+    for modality, attempt in given:
+        if attempt.ran:
+            text.stage = modality.text_alone
+            return
 
 
 def _count_calls(model, targets, sample) -> int:

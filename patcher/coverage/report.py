@@ -8,8 +8,9 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .audio_attempt import AUDIO_ONLY
-from .check import NEEDS_IMAGES, NO_TOWER, Attempt, CoverageRow
+from .check import NO_TOWER, Attempt, CoverageRow
+from .modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
+from .modalities.images import NEEDS_IMAGES
 
 
 def _pct(part: int, whole: int) -> str:
@@ -23,81 +24,66 @@ def summary(rows: list[CoverageRow]) -> str:
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
     need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
-    mm = [row for row in built if row.multimodal is not None]
-    # an image sample is built when the eager model ran on it and the pixels reach its logits
-    mm_built = [row for row in mm if row.multimodal.ran and row.multimodal.stage not in ("sample", "eager", "influence")]
-    mm_traced = [row for row in mm_built if row.multimodal.traced]
-    mm_equal = [row for row in mm_built if row.multimodal.equal]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}); "
             f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
             + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
-            f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built); "
-            f"images: {len(mm)} with a sample builder, built {len(mm_built)}, traced {len(mm_traced)}, "
-            f"equal {len(mm_equal)}" + vision_blocks_share(mm_built) + video_share(built) + audio_share(rows))
+            f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built)"
+            + "".join(modality_share(rows, modality) for modality in MODALITIES))
 
 
-#: Each modality's attempt and what makes its sample "built": eager ran on it and changing only
-#: that input changed eager's logits (its influence, measured per row).
-MODALITIES = (("images", "multimodal", "the pixels"), ("video", "video", "the video"), ("audio", "audio", "the clip"))
+def _counts(rows: list[CoverageRow], modality: Modality) -> tuple[int, list[Attempt]]:
+    """How many classes were given the modality, and their attempts whose sample is built (eager
+    ran on it and changing only that input changed eager's output)."""
+    attempts = modality.given_to(rows)
+    return len(attempts), [attempt for attempt in attempts if _built(attempt)]
+
+
+def modality_share(rows: list[CoverageRow], modality: Modality) -> str:
+    """``; images: N with a sample builder, built B, traced T, equal E`` (then, for images, the
+    vision blocks' share). Empty for a sweep that gave no class the modality."""
+    given, built = _counts(rows, modality)
+    if not given:
+        return ""
+    share = (f"; {modality.label}: {given} {modality.given}, built {len(built)}, "
+             f"traced {sum(a.traced for a in built)}, equal {sum(a.equal for a in built)}")
+    if modality.vision_blocks:
+        share += vision_blocks_share([row for row in rows
+                                      if getattr(row, modality.attempt, None) is not None
+                                      and _built(getattr(row, modality.attempt))])
+    return share
 
 
 def modality_lines(rows: list[CoverageRow]) -> list[str]:
     """One line per modality fed by the sweep: ``images: built X, traced Y, equal Z (of N that take
     them)``. Built counts only samples whose input provably reaches eager's logits."""
     lines = []
-    for label, field_name, what in MODALITIES:
-        attempts = [getattr(row, field_name, None) for row in rows]
-        attempts = [attempt for attempt in attempts if attempt is not None]
-        if not attempts:
+    for modality in MODALITIES:
+        given, built = _counts(rows, modality)
+        if not given:
             continue
-        built = [attempt for attempt in attempts
-                 if attempt.ran and attempt.stage not in ("sample", "eager", "influence")]
-        lines.append(f"- {label}: built {len(built)}, traced {sum(a.traced for a in built)}, "
-                     f"equal {sum(a.equal for a in built)} (of {len(attempts)} classes given {label}; built = eager "
-                     f"ran and its logits changed when only {what} changed)")
+        lines.append(f"- {modality.label}: built {len(built)}, traced {sum(a.traced for a in built)}, "
+                     f"equal {sum(a.equal for a in built)} (of {given} classes given {modality.label}; built = "
+                     f"eager ran and its logits changed when only {modality.varied} changed)")
     return lines
 
 
-def video_share(built: list[CoverageRow]) -> str:
-    """``; video: N with a video layout, built B, traced T, equal E``: a video sample is built when
-    eager ran on it and the video reaches the logits. Empty for a sweep without video attempts."""
-    rows = [row for row in built if getattr(row, "video", None) is not None]
-    if not rows:
-        return ""
-    ran = [row for row in rows if row.video.ran and row.video.stage not in ("sample", "eager", "influence")]
-    return (f"; video: {len(rows)} with a video layout, built {len(ran)}, "
-            f"traced {sum(row.video.traced for row in ran)}, equal {sum(row.video.equal for row in ran)}")
-
-
-def audio_share(rows: list[CoverageRow]) -> str:
-    """``; audio: N with an audio input, built B, traced T, equal E``: of the classes whose forward
-    takes a clip, those whose eager model ran on it with the clip reaching its logits (built), traced,
-    and equal to eager on both clip layouts and on another clip. Empty for a sweep without audio."""
-    audio = [row for row in rows if getattr(row, "audio", None) is not None]
-    if not audio:
-        return ""
-    built = [row for row in audio if row.audio.ran and row.audio.stage not in ("sample", "eager", "influence")]
-    traced = [row for row in built if row.audio.traced]
-    equal = [row for row in built if row.audio.equal]
-    return (f"; audio: {len(audio)} with an audio input, built {len(built)}, traced {len(traced)}, "
-            f"equal {len(equal)}")
-
-
 def equal_on_every_input(row: CoverageRow) -> bool:
-    """Built, nothing stopped any of its attempts (text, images, video, audio), and at least one of
+    """Built, nothing stopped any of its attempts (text, each modality's), and at least one of
     them is equal to eager. A modality whose sample could not be built or does not reach the logits
     stops the row: an input the sweep could not feed is no answer for that input."""
-    attempts = [row.text, row.multimodal, getattr(row, "video", None), getattr(row, "audio", None)]
+    attempts = [row.text, *(getattr(row, modality.attempt, None) for modality in MODALITIES)]
     return row.built and blocker(row) is None and any(a is not None and a.equal for a in attempts)
 
 
 def overall_line(rows: list[CoverageRow]) -> str:
     """``equal on every input: X of N (P%)``: the share of all architectures, not of the built ones."""
     equal = sum(equal_on_every_input(row) for row in rows)
+    labels = ", ".join(modality.label for modality in MODALITIES)
+    *nouns, last = [modality.noun for modality in MODALITIES]
     return (f"Equal on every input: {equal} of {len(rows)} ({_pct(equal, len(rows))}) are built, and every "
-            "attempt the sweep made on them (text, images, video, audio) is equal to eager; a "
-            "row whose image, video or audio sample could not be built, or did not reach the logits, counts "
+            f"attempt the sweep made on them (text, {labels}) is equal to eager; a "
+            f"row whose {', '.join(nouns)} or {last} sample could not be built, or did not reach the logits, counts "
             "as not equal.")
 
 
@@ -126,7 +112,7 @@ def _vision_cell(row: CoverageRow) -> str:
 
 
 def _attempt_cell(attempt: Attempt | None) -> str:
-    """``equal (influence X)``, or where the attempt stopped; ``-`` without the attempt."""
+    """A modality's attempt: ``equal (influence X)``, or where it stopped; ``-`` without the attempt."""
     if attempt is None:
         return "-"
     cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
@@ -180,14 +166,6 @@ def image_text_to_text_line(rows: list[CoverageRow], mapping: set[str] | None = 
             f"({_pct(metric['equal_with_images'], metric['with_image_path'])})")
 
 
-def _pixels_cell(attempt: Attempt | None) -> str:
-    """An image or video attempt: equal, or where it stopped; with its pixel influence."""
-    if attempt is None:
-        return "-"
-    cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
-    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
-
-
 def _diff(value: float | None) -> str:
     if value is None:
         return ""
@@ -210,11 +188,11 @@ def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
         return (f"{row.stage}", row.error_location or "", "", row.error or "")
     if row.stage in ("patch", "weights"):
         return (row.stage, row.error_location or "", "", row.error or "")
-    for attempt in (row.text, row.multimodal, getattr(row, "video", None), getattr(row, "audio", None)):
+    for attempt in (row.text, *(getattr(row, modality.attempt, None) for modality in MODALITIES)):
         # an attempt that stopped before eager ran (its sample failed) is a blocker like any other;
-        # a text attempt that needs images is none (the image attempt checks the row), nor one of a
-        # speech model that needs a clip (its audio attempt says how it went)
-        if attempt is not None and attempt is row.text and attempt.stage in (NEEDS_IMAGES, AUDIO_ONLY):
+        # the text attempt of a class that needs another input (images, a clip) is none: that
+        # modality's attempt says how the row went
+        if attempt is not None and attempt is row.text and attempt.stage in TEXT_ALONE_STAGES:
             continue
         if attempt is not None and not attempt.equal and (attempt.ran or attempt.stage is not None):
             kind = attempt.blocker_kind or attempt.stage or "?"
@@ -262,9 +240,25 @@ def _cell_text(found: tuple[str, str, str, str]) -> str:
     return message.split(": ", 1)[1] if ": " in message else message
 
 
+def _modality_columns() -> list[str]:
+    columns = []
+    for modality in MODALITIES:
+        columns += [modality.attempt, "vision blocks"] if modality.vision_blocks else [modality.attempt]
+    return columns
+
+
+def _modality_cells(row: CoverageRow) -> list[str]:
+    cells = []
+    for modality in MODALITIES:
+        cells.append(_attempt_cell(getattr(row, modality.attempt, None)))
+        if modality.vision_blocks:
+            cells.append(_vision_cell(row))
+    return cells
+
+
 def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
-              "multimodal", "vision blocks", "video", "audio", "blocker", "where", "rewrites"]
+              *_modality_columns(), "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", overall_line(rows), ""]
     per_modality = modality_lines(rows)
     if per_modality:
@@ -275,7 +269,6 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         text = row.text or Attempt("text")
-        mm_cell, video_cell = _pixels_cell(row.multimodal), _pixels_cell(getattr(row, "video", None))
         found = blocker(row)
         needs_images = text.stage == NEEDS_IMAGES
         cells = [
@@ -283,8 +276,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
             NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
             _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
-            mm_cell,
-            _vision_cell(row), video_cell, _attempt_cell(getattr(row, "audio", None)),
+            *_modality_cells(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
         ]

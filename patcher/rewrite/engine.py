@@ -152,17 +152,19 @@ class Engine:
         return out
 
     def is_opaque_call(self, call: cst.Call, fctx: FunctionCtx) -> bool:
-        """A call the rules turn into one opaque graph node (as ``rules.ignored_call`` decides)."""
-        func = call.func
-        if isinstance(func, cst.Name):
-            return (func.value in self.state.ignore or func.value in self.state.whole_functions) \
-                and func.value not in fctx.local_names
-        if isinstance(func, cst.Attribute):
-            receiver = func.value
-            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
-                return False
-            return func.attr.value in self.state.redirect_methods
-        return False
+        """A call the rules turn into one opaque graph node: one the forwarding rule forwards (the
+        call's form is its decision, the name this module's)."""
+        callee = IGNORED_CALLS.HOOKS.forwarded_callee(call, fctx.local_names.__contains__)
+        return callee is not None and self.forward_code(*callee) is not None
+
+    def forward_code(self, name: str, method: bool) -> str | None:
+        """The rule a call of ``name`` is forwarded under in this module; None: not forwarded. A
+        module-level helper wrapped whole is forwarded where it is called by name, not as a method."""
+        if method:
+            return None if name in self.state.whole_functions else self.state.redirect_methods.get(name)
+        if name in self.state.ignore:
+            return IGNORED_CALLS.CODE
+        return self.state.redirect_methods.get(name) if name in self.state.whole_functions else None
 
     def _forced(self, stmt: cst.BaseStatement, fctx: FunctionCtx) -> tuple[str | None, set[int]]:
         if not self.state.locations:
@@ -274,12 +276,7 @@ class Engine:
 
     # -- forwarders -------------------------------------------------------------------------
     def forwarder(self, name: str, *, method: bool, line: int) -> Forwarder | None:
-        if method:
-            code = None if name in self.state.whole_functions else self.state.redirect_methods.get(name)
-        elif name in self.state.ignore:
-            code = IGNORED_CALLS.CODE
-        else:
-            code = self.state.redirect_methods.get(name) if name in self.state.whole_functions else None
+        code = self.forward_code(name, method)
         if code is None:
             return None
         key = (name, method)

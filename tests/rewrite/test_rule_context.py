@@ -56,3 +56,45 @@ def test_every_rule_declares_its_hooks():
     order = list(rules.ALL_RULES)
     for view in (rules.LOCATION_RULES, rules.WHOLE_METHOD_RULES):
         assert [order.index(rule) for rule in view] == sorted(order.index(rule) for rule in view)
+
+
+def test_the_engine_asks_the_forwarding_rule_which_calls_are_opaque(monkeypatch):
+    # Which call forms go through a forwarder is the rule's decision alone; the engine's tracking of
+    # opaque results (a None test of one must run in the graph) asks the rule, so the two agree.
+    import dataclasses
+
+    from rewrite._fixture_runtime import patch_options
+    from patcher.rewrite import patch_source
+
+    case = REWRITE.parents[1] / "tests/rewrite/fixtures/data_dependent_branch/none_test_of_ignored_call.in.py"
+    source = case.read_text()
+
+    def codes():
+        return [rewrite.code for rewrite in patch_source(source, **patch_options(source)).rewrites]
+
+    forwarding = rules.IGNORED_CALLS
+    assert codes() == [forwarding.CODE, "TZ101"]
+    asked = []
+
+    def never(call, is_local):
+        asked.append(call)
+        return None
+
+    monkeypatch.setattr(forwarding, "HOOKS", dataclasses.replace(forwarding.HOOKS, forwarded_callee=never))
+    # still forwarded by the rule, but the engine no longer takes the result for an opaque one
+    after = codes()
+    assert forwarding.CODE in after and "TZ101" not in after and asked
+
+
+@pytest.mark.parametrize(("call", "callee"), [
+    ("create_causal_mask(x)", ("create_causal_mask", False)),
+    ("local_helper(x)", None),                       # a local function is not the module's
+    ("self.get_rope_index(a, b=c)", ("get_rope_index", True)),
+    ("super().get_rope_index(a)", None),             # the parent's method, not the wrapped one
+    ("self.blocks[0](x)", None),                     # a call of any other expression
+])
+def test_the_forwarding_rule_decides_by_the_call_form(call, callee):
+    import libcst as cst
+
+    expression = cst.parse_expression(call)
+    assert rules.IGNORED_CALLS.HOOKS.forwarded_callee(expression, {"local_helper"}.__contains__) == callee

@@ -88,6 +88,17 @@ def test_a_broken_recipe_names_its_file_and_field(tmp_path, monkeypatch, change,
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_ignore_lists_hold_only_additions_to_the_defaults(entry):
+    # The recipes' lists are additions to patcher.DEFAULT_IGNORE (their comments say why each entry
+    # is needed on top of it): an entry the defaults already hold would be a reason that is no reason.
+    from patcher import DEFAULT_IGNORE
+
+    spec = recipe(entry)
+    assert not set(spec.default_ignore) & set(DEFAULT_IGNORE), spec.default_ignore
+    assert not set(spec.vision_ignore) & set(DEFAULT_IGNORE), spec.vision_ignore
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
 def test_generated_files_name_the_recipe_and_the_command(entry):
     spec = recipe(entry)
     code = (ZOO_DIR / entry / f"{spec.source_stem}.py").read_text(encoding="utf-8")

@@ -44,7 +44,7 @@ MODEL_CLASS = "Gemma3ForConditionalGeneration"
 #: Opt-in: the vision tower's blocks as sequential targets too (SigLIP's encoder layers): one
 #: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
 #: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
-#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+#: :data:`VISION_IGNORE` replaces ``RECIPE.default_ignore``, whose entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["SiglipEncoderLayer"]
 #: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
 VISION_IGNORE: list[str] = []
@@ -117,8 +117,9 @@ RECIPE = Recipe(
     # One subgraph per text decoder layer.
     default_targets=["Gemma3DecoderLayer"],
     # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps the mask builders, including
-    # ``create_masks_for_vision_model``, opaque). The SigLIP tower and the projector are no ancestors of
-    # a target, so each is a single call anyway; naming them keeps them opaque whatever the targets.
+    # ``create_masks_for_vision_model``, opaque) with the recipe's targets (``vision_ignore`` replaces
+    # them when the tower's blocks are targets). The SigLIP tower and the projector are no ancestors
+    # of these targets, so each is a single call anyway; their entries change nothing with them.
     # ``get_image_features`` sets an attribute on the tower's output (``pooler_output``), which a traced
     # value cannot hold: one opaque call.
     default_ignore=[

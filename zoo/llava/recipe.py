@@ -40,11 +40,11 @@ from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
 MODEL_TYPE = "llava"
 MODEL_CLASS = "LlavaForConditionalGeneration"
 
-#: Opt-in: the vision tower's blocks as sequential targets too (CLIP's hidden-state capture on them is replayed on their graph values, so
-#: ``vision_feature_layer`` picks the same layer as in eager): one
-#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: Opt-in: the vision tower's blocks as sequential targets too (CLIP's hidden-state capture on them
+#: is replayed on their graph values, so ``vision_feature_layer`` picks the same layer as in eager):
+#: one subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
 #: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
-#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+#: :data:`VISION_IGNORE` replaces ``RECIPE.default_ignore``, whose entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["CLIPEncoderLayer"]
 #: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: none beyond the defaults.
 VISION_IGNORE: list[str] = []
@@ -118,9 +118,10 @@ RECIPE = Recipe(
     patch_targets=["LlamaDecoderLayer"],
     # One subgraph per text decoder layer (the text model is a plain Llama).
     default_targets=["LlamaDecoderLayer"],
-    # Additions to ``patcher.DEFAULT_IGNORE``. The CLIP tower ``model.vision_tower`` and the projector
-    # are no ancestors of a target, so each is a single call anyway; naming them keeps them opaque
-    # whatever the targets. ``get_image_features`` ends with ``list(image_features)`` (iterating a
+    # Additions to ``patcher.DEFAULT_IGNORE`` with the recipe's targets (``vision_ignore`` replaces
+    # them when the tower's blocks are targets). The CLIP tower ``model.vision_tower`` and the
+    # projector are no ancestors of these targets, so each is a single call anyway; their entries
+    # change nothing with them. ``get_image_features`` ends with ``list(image_features)`` (iterating a
     # proxy; the image count would be baked): one opaque call.
     default_ignore=[
         "re:model\\.vision_tower",

@@ -61,12 +61,15 @@ DEFAULT_TARGETS: list[str] = ["MllamaSelfAttentionDecoderLayer"]
 #: cache holding one, is given).
 CROSS_ATTENTION_TARGETS: list[str] = ["MllamaCrossAttentionDecoderLayer"]
 
-#: Opt-in: the vision tower's blocks as sequential targets too (the local layers, then the gated global ones: one class): one
-#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
-#: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
-#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+#: Opt-in: the vision tower's blocks as sequential targets too (the local layers, then the gated
+#: global ones: one class): one subgraph per block, then one per text layer, in one chain
+#: (``patcher trace --vision-blocks``; ``patcher.find_tower_blocks`` finds the same class). The
+#: tower is then traced through, so :data:`VISION_IGNORE` replaces ``RECIPE.default_ignore``, whose
+#: entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["MllamaVisionEncoderLayer"]
-#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`: ``_prepare_cross_attention_mask``, as in DEFAULT_IGNORE.
+#: Additions to ``patcher.DEFAULT_IGNORE`` when tracing with :data:`VISION_TARGETS`:
+#: ``RECIPE.default_ignore`` less its vision-model entry (``_prepare_cross_attention_mask`` stays one
+#: opaque call, for the reason given there).
 VISION_IGNORE: list[str] = ["_prepare_cross_attention_mask"]
 
 # Tiny sizes: text hidden 32 (4 heads of 8, 2 kv heads), three layers with the cross-attention
@@ -206,8 +209,9 @@ RECIPE = Recipe(
     default_targets=DEFAULT_TARGETS,
     # With images: cut at the cross-attention layers too.
     multimodal_targets=[*DEFAULT_TARGETS, *CROSS_ATTENTION_TARGETS],
-    # Additions to ``patcher.DEFAULT_IGNORE``. The vision model ``model.vision_model`` is no ancestor
-    # of a target, so it is a single call anyway; naming it keeps it opaque whatever the targets.
+    # Additions to ``patcher.DEFAULT_IGNORE`` with the recipe's targets (``vision_ignore`` replaces
+    # them when the tower's blocks are targets). The vision model ``model.vision_model`` is no
+    # ancestor of these targets, so it is a single call anyway; the entry changes nothing with them.
     # ``_prepare_cross_attention_mask`` unpacks the mask's shape with a star and builds the inverted
     # mask: one opaque call. (``MllamaModel.forward``'s ``if cross_attention_mask.shape[1] != seq_len``
     # is a shape branch that needs a rewrite, not an ignore entry.)

@@ -39,11 +39,11 @@ from .._recipe_helpers import make_tiny_model as _make_tiny_model
 MODEL_TYPE = "qwen2_5_vl"
 MODEL_CLASS = "Qwen2_5_VLForConditionalGeneration"
 
-#: Opt-in: the vision tower's blocks as sequential targets too (windowed and full-attention blocks alike: the window index and both
-#: ``cu_seqlens`` are graph values handed on from block to block): one
-#: subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
+#: Opt-in: the vision tower's blocks as sequential targets too (windowed and full-attention blocks
+#: alike: the window index and both ``cu_seqlens`` are graph values handed on from block to block):
+#: one subgraph per block, then one per text layer, in one chain (``patcher trace --vision-blocks``;
 #: ``patcher.find_tower_blocks`` finds the same class). The tower is then traced through, so
-#: :data:`VISION_IGNORE` replaces :data:`DEFAULT_IGNORE`, whose entries keep the tower opaque.
+#: :data:`VISION_IGNORE` replaces ``RECIPE.default_ignore``, whose entries keep the tower opaque.
 VISION_TARGETS: list[str] = ["Qwen2_5_VLVisionBlock"]
 VISION_IGNORE = _qwen_vl.VISION_IGNORE  # none beyond the defaults
 

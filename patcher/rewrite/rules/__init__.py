@@ -23,6 +23,8 @@ def _transform(spec: RuleSpec):
     hooks = module.HOOKS
     if (hooks.whole_methods or hooks.forwards_ignored) and not hooks.forward_reason:
         raise ImportError(f"{module.__name__}: a rule that forwards calls needs HOOKS.forward_reason")
+    if hooks.forwards_ignored and hooks.forwarded_callee is None:
+        raise ImportError(f"{module.__name__}: the rule that forwards ignored calls needs HOOKS.forwarded_callee")
     return module
 
 

@@ -52,6 +52,11 @@ class RuleHooks:
     whole_methods: Callable[[cst.Module, "TargetIndex", dict[str, cst.FunctionDef]], Iterable[str]] | None = None
     #: Calls to ignored functions and methods go through forwarders recorded under this rule (one rule).
     forwards_ignored: bool = False
+    #: ``forwarded_callee(call, is_local) -> (name, method) | None``: the name a call goes through a
+    #: forwarder under if the module forwards that name (a method's when ``method``), None for a call
+    #: of a form never forwarded. Needed by the rule with ``forwards_ignored``: the engine asks it
+    #: which calls return an opaque result, so the rule's rewrite and the engine cannot disagree.
+    forwarded_callee: Callable[[cst.Call, Callable[[str], bool]], tuple[str, bool] | None] | None = None
     #: Why a call goes through a forwarder recorded under this rule (a manifest reason's start);
     #: needed by a rule with ``whole_methods`` or ``forwards_ignored``.
     forward_reason: str | None = None

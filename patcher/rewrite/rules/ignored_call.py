@@ -7,6 +7,8 @@ runs with real values every time the graph runs.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 
 from ...registry.rules import RULES, TZ106
@@ -15,7 +17,24 @@ from .base import RuleContext, RuleHooks
 
 SPEC = RULES[TZ106]
 CODE = SPEC.code
-HOOKS = RuleHooks(forwards_ignored=True, forward_reason="ignored call")
+
+
+def forwarded_callee(call: cst.Call, is_local: Callable[[str], bool]) -> tuple[str, bool] | None:
+    """``(name, method)`` a call goes through a forwarder under when the module forwards ``name``;
+    None for a local function (it is not the module's), ``super().name(...)`` (the parent's method,
+    not the one wrapped here) and a call of any other expression."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return None if is_local(func.value) else (func.value, False)
+    if isinstance(func, cst.Attribute):
+        receiver = func.value
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
+            return None
+        return func.attr.value, True
+    return None
+
+
+HOOKS = RuleHooks(forwards_ignored=True, forward_reason="ignored call", forwarded_callee=forwarded_callee)
 
 
 class _Redirect(ScopedTransformer):
@@ -24,25 +43,17 @@ class _Redirect(ScopedTransformer):
         self.hits: list[tuple[str, str, str]] = []  # (code, reason, callee)
 
     def leave_Call(self, original, updated):
-        func = updated.func
-        if isinstance(func, cst.Name) and not self.ctx.is_local(func.value):
-            fwd = self.ctx.forwarder(func.value, method=False)
-            if fwd is None:
-                return updated
-            self.hits.append((fwd.code, fwd.reason, func.value))
+        callee = forwarded_callee(updated, self.ctx.is_local)
+        fwd = self.ctx.forwarder(callee[0], method=callee[1]) if callee is not None else None
+        if fwd is None:
+            return updated
+        name, method = callee
+        self.hits.append((fwd.code, fwd.reason, name))
+        if not method:
             return updated.with_changes(func=cst.Name(fwd.function))
-        if isinstance(func, cst.Attribute):
-            obj = func.value
-            if isinstance(obj, cst.Call) and isinstance(obj.func, cst.Name) and obj.func.value == "super":
-                return updated
-            fwd = self.ctx.forwarder(func.attr.value, method=True)
-            if fwd is None:
-                return updated
-            self.hits.append((fwd.code, fwd.reason, func.attr.value))
-            first = cst.Arg(obj, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if updated.args
-                            else cst.MaybeSentinel.DEFAULT)
-            return updated.with_changes(func=cst.Name(fwd.function), args=[first] + list(updated.args))
-        return updated
+        first = cst.Arg(updated.func.value, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if updated.args
+                        else cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(func=cst.Name(fwd.function), args=[first] + list(updated.args))
 
 
 def rewrite(stmt: cst.BaseStatement, ctx: RuleContext) -> list[cst.BaseStatement] | None:
