@@ -218,7 +218,16 @@ class SequentialTracer(fx.Tracer):
                 if node is last:
                     break
                 added.append(node)
-            for node in added:
+            taken_back = set(added)
+            for node in added:  # newest first: a node's users are gone before it
+                # fx makes the node of an attribute read (`outputs.last_hidden_state`) the first time
+                # the proxy is used, and the proxy keeps it: made during the attempt from a value
+                # from before it, the node is kept (reading an attribute does nothing), else code
+                # after the attempt would use an erased node (Lfm2-VL's KeyError: getattr_1)
+                if node.users or (node.op == "call_function" and node.target is getattr
+                                  and not any(arg in taken_back for arg in node.all_input_nodes)):
+                    taken_back.discard(node)
+                    continue
                 self.graph.erase_node(node)
             for cache, key in self._cache_keys_added:
                 cache.pop(key, None)
