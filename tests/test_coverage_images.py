@@ -40,6 +40,7 @@ WITH_IMAGES = [
     "Qwen3OmniMoeThinkerForConditionalGeneration",  # the same, MoE text model
     "Kosmos2ForConditionalGeneration",         # image_embeds_position_mask; a mask helper given input_ids.shape
     "AriaForConditionalGeneration",            # vision blocks behind `inputs_embeds.shape[1] != 1` (decided)
+    "UnlimitedOcrForConditionalGeneration",    # vision blocks: SAM tower with an early return on a shape
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.

@@ -58,6 +58,7 @@ class ModuleState:
     wrapped_defs: dict
     has_torch: bool
     has_note_helper: bool
+    tensor_attrs: dict = field(default_factory=dict)  # class -> its parameters and buffers (taint.tensor_attributes)
     rewrites: list[Rewrite] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     pending: list[cst.BaseStatement] = field(default_factory=list)
