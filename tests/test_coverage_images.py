@@ -97,12 +97,7 @@ def test_needs_images_is_counted_apart_and_is_no_blocker():
 
 #: Rows whose chain with the vision blocks fails, loudly, and why (the report names the rest):
 #: ``name -> (stage, where the blocker is, why)``.
-VISION_BLOCKS_FAIL = {
-    "GitForCausalLM": (
-        "trace", "modeling_git.py:802",
-        "`if pixel_values.ndim == 4:` in the tower's own forward, a shape branch (TZ105) that the "
-        "patcher cannot move while the tower's blocks are targets"),
-}
+VISION_BLOCKS_FAIL: dict[str, tuple[str, str, str]] = {}
 #: VLMs whose patches reach the text model through a projection, with no tower of blocks to split.
 #: UDOP adds each patch embedding to the tokens whose box it holds, with no tower of blocks.
 WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration"}
