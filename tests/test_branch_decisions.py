@@ -13,6 +13,7 @@ import torch
 from patcher.partition import run_subgraphs, trace_subgraphs
 from patcher.rewrite import patch_source
 from patcher.trace import BranchDecisionError, trace_graph
+from patcher.trace.errors import InputMismatchError
 from rewrite._fixture_runtime import load
 
 CHUNKED = """
@@ -107,3 +108,89 @@ def test_tiny_xlstm_traces_around_its_chunked_path_and_refuses_long_inputs(tmp_p
                                        eager(**inputs, use_cache=False).logits, rtol=0, atol=0)
         with pytest.raises(BranchDecisionError):
             run_subgraphs(traceable, subgraphs, {"input_ids": torch.randint(0, 64, (2, 12))})
+
+
+#: Nested shape decisions around blocks reached only through a method of the class
+#: (``self.image_features``), one of them on a module's output, the inner chain ending in an ``else``.
+RANK_DISPATCH = """
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(2)])
+
+    def image_features(self, pixel_values):
+        for block in self.blocks:
+            pixel_values = block(pixel_values)
+        return pixel_values
+
+    def forward(self, input_ids, pixel_values):
+        embeds = self.embed(input_ids)
+        features = torch.zeros_like(embeds[:, 0])
+        if embeds.shape[1] != 1:
+            if pixel_values.ndim == 3:
+                features = self.image_features(pixel_values).mean(1)
+            elif pixel_values.ndim == 4:
+                features = self.image_features(pixel_values.flatten(1, 2)).mean(1)
+            else:
+                raise ValueError("rank 3 or 4")
+        return embeds + features[:, None]
+"""
+
+
+@pytest.fixture
+def rank_models(tmp_path):
+    source = textwrap.dedent(RANK_DISPATCH)
+    result = patch_source(source, module_name="decided_ranks", source_path=str(tmp_path / "ranks.py"),
+                          targets=["Block"])
+    assert not result.blockers
+    assert "(pixel_values.ndim == 3)" in result.code and "(embeds.shape[1] != 1)" in result.code
+    assert "_wrapped" not in result.code  # wrapping either branch would hide the blocks
+    original = load(source, tmp_path / "original.py", "tz_ranks_original")
+    patched = load(result.code, tmp_path / "patched.py", "tz_ranks_patched")
+    torch.manual_seed(0)
+    eager = original.Model().eval()
+    traceable = patched.Model().eval()
+    traceable.load_state_dict(eager.state_dict())
+    return eager, traceable
+
+
+def _rank_sample(batch, seq, *pixels):
+    return {"input_ids": torch.randint(0, 10, (batch, seq)), "pixel_values": torch.randn(batch, *pixels, 4)}
+
+
+def test_decisions_around_a_method_reaching_the_blocks_keep_them_and_equal_eager(rank_models):
+    eager, traceable = rank_models
+    subgraphs = trace_subgraphs(traceable, _rank_sample(2, 3, 5), ["Block"], [])
+    assert [s.targets for s in subgraphs] == [["blocks.0"], ["blocks.1"], []]
+    for sample in (_rank_sample(2, 3, 5), _rank_sample(1, 6, 2), _rank_sample(3, 2, 7)):
+        with torch.no_grad():
+            torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["output"], eager(**sample),
+                                       rtol=0, atol=0)
+
+
+# Rank 4 pixels take the other branch (an input's rank is checked before any node runs), one
+# token skips the images (the decided test on the embedding's output refuses it): the graph holds neither.
+@pytest.mark.parametrize("other, refusal, message", [
+    (_rank_sample(2, 3, 2, 5), InputMismatchError, "traced with 3"),
+    (_rank_sample(2, 1, 5), BranchDecisionError, "was True while tracing"),
+], ids=["rank", "one token"])
+def test_an_input_deciding_a_nested_test_otherwise_is_refused(rank_models, other, refusal, message):
+    eager, traceable = rank_models
+    subgraphs = trace_subgraphs(traceable, _rank_sample(2, 3, 5), ["Block"], [])
+    with torch.no_grad():
+        eager(**other)  # eager runs it
+        with pytest.raises(refusal, match=message):
+            run_subgraphs(traceable, subgraphs, other)

@@ -41,6 +41,8 @@ WITH_IMAGES = [
     "Qwen2_5OmniThinkerForConditionalGeneration",  # patch grid, markers only checkpoints set (issue 21)
     "Qwen3OmniMoeThinkerForConditionalGeneration",  # the same, MoE text model
     "Kosmos2ForConditionalGeneration",         # image_embeds_position_mask; a mask helper given input_ids.shape
+    "AriaForConditionalGeneration",            # vision blocks behind `inputs_embeds.shape[1] != 1` (decided)
+    "UnlimitedOcrForConditionalGeneration",    # vision blocks: SAM tower with an early return on a shape
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
@@ -97,16 +99,7 @@ def test_needs_images_is_counted_apart_and_is_no_blocker():
 
 #: Rows whose chain with the vision blocks fails, loudly, and why (the report names the rest):
 #: ``name -> (stage, where the blocker is, why)``.
-VISION_BLOCKS_FAIL = {
-    "LlavaNextForConditionalGeneration": (
-        "trace", "sequential target(s) are missing",
-        "`if ... pixel_values.size(0) > 0:` is wrapped whole (TZ101), with the get_image_features call "
-        "inside: the tower's blocks are swallowed (MissingTargetsError)"),
-    "GitForCausalLM": (
-        "trace", "modeling_git.py:802",
-        "`if pixel_values.ndim == 4:` in the tower's own forward, a shape branch (TZ105) that the "
-        "patcher cannot move while the tower's blocks are targets"),
-}
+VISION_BLOCKS_FAIL: dict[str, tuple[str, str, str]] = {}
 #: VLMs whose patches reach the text model through a projection, with no tower of blocks to split.
 #: UDOP adds each patch embedding to the tokens whose box it holds, with no tower of blocks.
 WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration"}

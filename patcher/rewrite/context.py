@@ -58,6 +58,7 @@ class ModuleState:
     wrapped_defs: dict
     has_torch: bool
     has_note_helper: bool
+    tensor_attrs: dict = field(default_factory=dict)  # class -> its parameters and buffers (taint.tensor_attributes)
     rewrites: list[Rewrite] = field(default_factory=list)
     blockers: list[Blocker] = field(default_factory=list)
     pending: list[cst.BaseStatement] = field(default_factory=list)
@@ -219,8 +220,10 @@ class StatementContext:
         return [first] + list(stmts[1:])
 
     def hides_targets(self, stmts: Sequence[cst.BaseStatement]) -> str | None:
-        """Why hoisting ``stmts`` would hide sequential targets in an opaque call, or None."""
-        return self.state.targets.hidden_targets(list(stmts), self.fctx.cls, self.fctx.module_locals)
+        """Why hoisting ``stmts`` would hide sequential targets in an opaque call (also through a
+        method of the class they call, ``self.get_image_features(...)``), or None."""
+        return self.state.targets.hidden_targets(list(stmts), self.fctx.cls, self.fctx.module_locals,
+                                                 follow_methods=True)
 
     def decided(self, condition: cst.BaseExpression, *, desc: str, span: cst.CSTNode) -> cst.Call:
         """``condition`` as the argument of a new module-level ``@torch.fx.wrap`` function

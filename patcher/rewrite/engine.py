@@ -33,7 +33,7 @@ from .rules import (EXPRESSION_RULES, FORWARD_REASONS, HOIST_RULES, IGNORED_CALL
 from ..registry.ignore import FORWARDED_BY_REWRITER
 from .call_sites import call_site_taint
 from .shapes import shape_names_of
-from .taint import Taint, function_taint
+from .taint import Taint, class_tensor_attributes, function_taint
 from .targets import TargetIndex
 
 __all__ = ["Blocker", "Engine", "Rewrite", "run_rules"]
@@ -125,8 +125,9 @@ class Engine:
         qual = f"{prefix}.{name}" if prefix else name
         return FunctionCtx(
             qualname=qual, method=name, cls=cls if outer is None else outer.cls,
-            taint=function_taint(fn, outer.taint if outer else Taint(wrapped=self.state.wrapped_defs),
-                                 param_levels=None if outer else self.state.param_seeds.get((cls, name))),
+            taint=function_taint(fn, outer.taint if outer else Taint(
+                wrapped=self.state.wrapped_defs, tensor_attrs=self.state.tensor_attrs.get(cls, frozenset())),
+                param_levels=None if outer else self.state.param_seeds.get((cls, name))),
             local_names=local,
             first_bound_fn=first_bound, params=params | (outer.params if outer else set()),
             shape_names=shape_names_of(fn) | (outer.shape_names if outer else set()),
@@ -333,6 +334,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
         else:
             line_locs[location.line] = location
     index = TargetIndex(module, targets)
+    class_tensors = class_tensor_attributes(module)
     redirect = dict(redirect) if redirect is not None else whole_methods(module, index, wrapped_defs)
     method_names = {fn.name.value for cls in module.body if isinstance(cls, cst.ClassDef)
                     and isinstance(cls.body, cst.IndentedBlock) for fn in cls.body.body
@@ -350,6 +352,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
         has_torch="torch" in top_names, has_note_helper=hoist_mod.NOTE_HELPER in top_names, only=only,
         line_map=line_map or {},
         param_seeds=call_site_taint(module, wrapped_defs), whole_functions=whole_functions,
+        tensor_attrs=class_tensors,
     )
     new = Engine(state).run(module)
     for line in sorted(set(line_locs) - state.used_locations):

@@ -28,6 +28,44 @@ META_METHODS = frozenset(
     {"size", "dim", "numel", "ndimension", "nelement", "get_device", "is_floating_point", "is_complex",
      "element_size", "stride", "is_contiguous"}
 )
+#: Shape reads of a module's own parameters and buffers (``self.pos_embed.shape[1]``): the tracer
+#: reads those tensors as graph values, so their shapes are traced too.
+SHAPE_ATTRS = frozenset({"shape", "ndim"})
+_TENSOR_CONSTRUCTORS = ("Parameter", "Buffer")
+_TENSOR_REGISTRARS = ("register_buffer", "register_parameter")
+
+
+def tensor_attributes(cls: cst.ClassDef) -> frozenset[str]:
+    """Attributes the class's own code makes parameters or buffers (``self.x = nn.Parameter(...)``,
+    ``nn.Buffer(...)``, ``self.register_buffer("x", ...)``)."""
+    found: set[str] = set()
+    for node in descendants(cls):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+                and (dotted(node.value.func) or "").rsplit(".", 1)[-1] in _TENSOR_CONSTRUCTORS:
+            for target in node.targets:
+                tg = target.target
+                if isinstance(tg, cst.Attribute) and isinstance(tg.value, cst.Name) and tg.value.value == "self":
+                    found.add(tg.attr.value)
+        elif isinstance(node, cst.Call) and (dotted(node.func) or "").rsplit(".", 1)[-1] in _TENSOR_REGISTRARS \
+                and node.args and isinstance(node.args[0].value, cst.SimpleString):
+            found.add(node.args[0].value.evaluated_value)
+    return frozenset(found)
+
+
+def class_tensor_attributes(module: cst.Module) -> dict[str, frozenset[str]]:
+    """Class name -> :func:`tensor_attributes`, with those of its bases defined in the module."""
+    classes = {node.name.value: node for node in module.body if isinstance(node, cst.ClassDef)}
+    own = {name: tensor_attributes(cls) for name, cls in classes.items()}
+
+    def gathered(name: str, seen: frozenset[str] = frozenset()) -> frozenset[str]:
+        if name in seen or name not in classes:
+            return frozenset()
+        bases = [dotted(base.value) for base in classes[name].bases]
+        return own[name].union(*(gathered(base, seen | {name}) for base in bases if base))
+
+    return {name: gathered(name) for name in classes}
+
+
 # Calls whose result is a plain Python value even when given a proxy.
 CLEAN_CALLS = frozenset({"isinstance", "hasattr", "callable", "type", "id", "issubclass", "repr", "str"})
 # `torch.` namespaces that never return tensors (the flags fx itself consults while tracing).
@@ -112,7 +150,8 @@ class Taint:
     """
 
     def __init__(self, names: dict[str, Level] | None = None, containers: set[str] | None = None,
-                 wrapped: dict | None = None, items: dict[str, Level] | None = None):
+                 wrapped: dict | None = None, items: dict[str, Level] | None = None,
+                 tensor_attrs: frozenset[str] = frozenset()):
         self.names: dict[str, Level] = dict(names or {})
         self.containers: set[str] = set(containers or ())
         # Module-level functions made by an earlier patch: a call to one is as tainted as the code
@@ -122,6 +161,12 @@ class Taint:
         # but what is read back out of it (`outputs["image"].deepstack_features`) is traced.
         self.items: dict[str, Level] = dict(items or {})
         self._memo: dict[int, tuple[cst.CSTNode, Level]] = {}
+        #: the enclosing class's parameters and buffers (see tensor_attributes)
+        self.tensor_attrs = tensor_attrs
+
+    def _own_tensor(self, node: cst.CSTNode) -> bool:
+        return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self" \
+            and node.attr.value in self.tensor_attrs
 
     def call_results(self, node: cst.Call) -> list[Level] | None:
         """Per-returned-name taint of a call to a hoisted function, or None for other calls."""
@@ -177,6 +222,8 @@ class Taint:
             base = self.of(node.value)
             if base == VALUE and node.attr.value in META_ATTRS:
                 return META
+            if node.attr.value in SHAPE_ATTRS and self._own_tensor(node.value):
+                return META
             return base
         if t is cst.Comparison:
             if all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons):
@@ -205,6 +252,8 @@ class Taint:
             if isinstance(node.func, cst.Attribute):
                 base = self.of(node.func.value)
                 method = node.func.attr.value
+                if method in META_METHODS and self._own_tensor(node.func.value):
+                    return META
                 if base == VALUE and not is_tensor_method(method):
                     # `past_key_values.get_seq_length()`: not a tensor after all (annotations lie);
                     # the result is as traced as what goes in.
@@ -404,7 +453,8 @@ def function_taint(fn: cst.FunctionDef, outer: Taint | None = None, *, seed_para
     what the module's call sites pass in (``call_sites.call_site_taint``), raising a parameter
     above what its name and annotation say."""
     taint = Taint(outer.names if outer else None, outer.containers if outer else None,
-                  outer.wrapped if outer else None, outer.items if outer else None)
+                  outer.wrapped if outer else None, outer.items if outer else None,
+                  outer.tensor_attrs if outer else frozenset())
     for p in param_list(fn) if seed_params else ():
         taint.set(p.name.value, param_taint(p))
     if seed_params:

@@ -38,6 +38,7 @@ class TargetIndex:
         self.targets = {t.rsplit(".", 1)[-1] for t in targets}
         self.attrs: dict[str, dict[str, set[str]]] = {}  # class -> attr -> identifiers assigned
         self.bases: dict[str, list[str]] = {}
+        self.methods: dict[str, dict[str, cst.FunctionDef]] = {}  # class -> method name -> its def
         if not self.targets:
             return
         for cls in module.body:
@@ -61,6 +62,8 @@ class TargetIndex:
                     if isinstance(tg, cst.Attribute) and isinstance(tg.value, cst.Name) and tg.value.value == "self":
                         attrs.setdefault(tg.attr.value, set()).update(_identifiers(node.value))
         self.attrs[cls.name.value] = attrs
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else []
+        self.methods[cls.name.value] = {fn.name.value: fn for fn in body if isinstance(fn, cst.FunctionDef)}
         self.bases[cls.name.value] = [a.value.value for a in cls.bases if isinstance(a.value, cst.Name)]
 
     def _class_attrs(self, cls: str, seen: set[str] | None = None) -> dict[str, set[str]]:
@@ -73,6 +76,17 @@ class TargetIndex:
             merged.update(self._class_attrs(base, seen))
         merged.update(self.attrs.get(cls, {}))
         return merged
+
+    def _method(self, cls: str, name: str, seen: set[str] | None = None) -> cst.FunctionDef | None:
+        """``cls``'s method ``name`` defined in this file (its own or a base's)."""
+        seen = seen or set()
+        if cls in seen:
+            return None
+        seen.add(cls)
+        found = self.methods.get(cls, {}).get(name)
+        for base in self.bases.get(cls, []):
+            found = found or self._method(base, name, seen)
+        return found
 
     def _uses(self, cls: str, containing: set[str]) -> bool:
         return any(self._blocked(ids, containing) for ids in self._class_attrs(cls).values())
@@ -125,8 +139,37 @@ class TargetIndex:
                         found.update(target_names(t.target))
         return found
 
-    def hidden_targets(self, stmts: list[cst.CSTNode], cls: str | None, local_modules: set[str] = frozenset()) -> str | None:
-        """Why `stmts` may not be wrapped (they reach a target module), or None."""
+    def _runs_targets(self, call: cst.Call, cls: str, blocked: set[str], followed: set[str]) -> bool:
+        """Is ``call`` a call of a method of ``cls`` (defined in this file) that calls a module
+        holding targets (``self.vision_tower(...)``, ``layer(...)`` over ``self.layers``), itself or
+        through another such method? Only calls count: a method that merely reaches such a module
+        (a setter, BigBird's ``set_attention_type``) runs no target."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            return False
+        name = func.attr.value
+        method = self._method(cls, name)
+        if method is None or name in followed:
+            return False
+        followed.add(name)
+        local_modules = self.module_locals(method, cls)
+
+        def holds_targets(callee: cst.CSTNode) -> bool:
+            while isinstance(callee, cst.Subscript):  # `self.layers[0](x)`
+                callee = callee.value
+            if isinstance(callee, cst.Attribute) and isinstance(callee.value, cst.Name) and callee.value.value == "self":
+                return callee.attr.value in blocked
+            return isinstance(callee, cst.Name) and callee.value in local_modules
+
+        return any(isinstance(node, cst.Call) and (holds_targets(node.func)
+                                                   or self._runs_targets(node, cls, blocked, followed))
+                   for node in descendants(method.body))
+
+    def hidden_targets(self, stmts: list[cst.CSTNode], cls: str | None, local_modules: set[str] = frozenset(),
+                       follow_methods: bool = False) -> str | None:
+        """Why `stmts` may not be wrapped (they reach a target module), or None. With
+        ``follow_methods``, a call of a method of ``cls`` defined in this file
+        (``self.get_image_features(...)``) counts when that method calls one (see _runs_targets)."""
         if not self.targets:
             return None
         blocked = self.blocked_attrs(cls)
@@ -142,6 +185,8 @@ class TargetIndex:
                     hits.append(f"self.{n.attr.value}")
             elif isinstance(n, cst.Name) and (n.value in self.containing or n.value in local_modules):
                 hits.append(n.value)
+            elif follow_methods and cls and isinstance(n, cst.Call) and self._runs_targets(n, cls, blocked, set()):
+                hits.append(f"{cst.Module([]).code_for_node(n.func)}()")
             for c in children(n):
                 walk(c, n, parent)
 

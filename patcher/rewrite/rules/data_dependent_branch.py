@@ -25,12 +25,11 @@ from ..walk import descendants
 from ._chain import branches, first_branch, hoist_from
 from ._conditional import hoist_conditionals, nested_conditionals
 from .base import RuleContext, RuleHooks, claimed
+from .data_dependent_loop import NEVER_WRAP_WHOLE
 
 SPEC = RULES[TZ101]
 CODE = SPEC.code
 
-# The graph itself: wrapping one whole would make the model opaque.
-_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
 
 
 def _returns_on_value(fn: cst.FunctionDef, taint: Taint) -> bool:
@@ -55,7 +54,7 @@ def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, c
             owner = stmt.name.value
             defs = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else []
         for fn in defs:
-            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
                 continue
             if _returns_on_value(fn, function_taint(fn, Taint(wrapped=wrapped))) \
                     and not targets.hidden_targets([fn.body], owner):

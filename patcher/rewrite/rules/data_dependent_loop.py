@@ -27,7 +27,7 @@ SPEC = RULES[TZ103]
 CODE = SPEC.code
 
 # Methods that are the graph itself: wrapping them whole would make the model opaque.
-_NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
+NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
 WHOLE_METHOD_MIN_ISSUES = 3
 
 
@@ -37,7 +37,7 @@ def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, c
         if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
             continue
         for fn in cls.body.body:
-            if not isinstance(fn, cst.FunctionDef) or fn.name.value in _NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
                 continue
             taint = function_taint(fn, Taint(wrapped=wrapped))
             loops = data = 0

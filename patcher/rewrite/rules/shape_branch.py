@@ -4,17 +4,26 @@ that would bake the traced sample into the graph.
 Prefers a rewrite that needs no decision: `if m.shape[1] != n: m = m[:, :n]` becomes the slice
 alone (a no-op when the sizes already agree). That is only valid when the slice truncates the very
 dim the condition tests (`if m.shape[1] != n: m = m[:n]` slices dim 0, which is no no-op). Anything
-else moves into a wrapped function, which decides at run time."""
+else moves into a wrapped function, which decides at run time, unless that function would hide
+sequential targets the branch reaches (directly or through a method of the class): then its tests
+are decided by the tracer (see ``_decided_tests``). Methods whose shape branch returns early are
+wrapped whole (see ``whole_methods``)."""
 
 from __future__ import annotations
+
+from typing import Iterator
 
 import libcst as cst
 
 from ...registry.rules import RULES, TZ105
+from ..detect import iter_statements
+from ..hoist import is_fx_wrapped, unhoistable
+from ..targets import TargetIndex
 from ..wrapper_names import describe
-from ..taint import CLEAN, META, VALUE, Taint
+from ..taint import CLEAN, META, VALUE, Taint, class_tensor_attributes, function_taint
 from ._chain import branches, first_branch, hoist_from
 from .base import RuleContext, RuleHooks, claimed
+from .data_dependent_loop import NEVER_WRAP_WHOLE
 
 SPEC = RULES[TZ105]
 CODE = SPEC.code
@@ -25,7 +34,34 @@ def _takes_location(stmt: cst.BaseStatement, taint: Taint) -> bool:
     return isinstance(stmt, (cst.If, cst.While)) and taint.of(stmt.test) == META
 
 
-HOOKS = RuleHooks(takes_location=_takes_location)
+def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, cst.FunctionDef]) -> Iterator[str]:
+    """Methods with a shape branch that returns early (``if pos_embed.shape[1] == height: return
+    pos_embed``): the branch cannot move on its own (its return ends the method), so the method
+    runs as one opaque call, deciding at run time, unless it calls targets."""
+    tensors = class_tensor_attributes(module)
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
+            continue
+        for fn in cls.body.body:
+            if not isinstance(fn, cst.FunctionDef) or fn.name.value in NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
+                continue
+            taint = function_taint(fn, Taint(wrapped=wrapped, tensor_attrs=tensors.get(cls.name.value, frozenset())))
+            if any(isinstance(stmt, cst.If) and taint.of(stmt.test) == META and unhoistable([stmt])
+                   for stmt in _all_statements(fn.body)) \
+                    and not targets.hidden_targets([fn.body], cls.name.value, follow_methods=True):
+                yield fn.name.value
+
+
+def _all_statements(block: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    for stmt in iter_statements(block):
+        yield stmt
+        for child in (getattr(stmt, "body", None), getattr(stmt, "orelse", None)):
+            if child is not None:
+                yield from _all_statements(child)
+
+
+HOOKS = RuleHooks(takes_location=_takes_location, whole_methods=whole_methods,
+                  forward_reason="method with an early return on a shape wrapped whole")
 
 
 def _code(node: cst.CSTNode) -> str:
