@@ -31,23 +31,29 @@ NEVER_WRAP_WHOLE = frozenset({"forward", "__init__", "__call__", "_forward"})
 WHOLE_METHOD_MIN_ISSUES = 3
 
 
-def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, cst.FunctionDef]) -> Iterator[str]:
-    """Methods data-dependent through and through (their callers call them wrapped)."""
+def wrappable_methods(module: cst.Module) -> Iterator[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """``(class, method)`` for each method a rule may wrap whole: not the graph itself
+    (:data:`NEVER_WRAP_WHOLE`), not already ``torch.fx.wrap``-ped."""
     for cls in module.body:
         if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
             continue
         for fn in cls.body.body:
-            if not isinstance(fn, cst.FunctionDef) or fn.name.value in NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
-                continue
-            taint = function_taint(fn, Taint(wrapped=wrapped))
-            loops = data = 0
-            for stmt in iter_statements(fn.body):
-                if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
-                    loops += 1
-                data += sum(1 for i in find_issues(stmt, taint) if i.kind == DATA and i.level == VALUE)
-            # Loops over tensors driven by tensor data: no part of it can stay in a graph.
-            if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
-                yield fn.name.value
+            if isinstance(fn, cst.FunctionDef) and fn.name.value not in NEVER_WRAP_WHOLE and not is_fx_wrapped(fn):
+                yield cls, fn
+
+
+def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, cst.FunctionDef]) -> Iterator[str]:
+    """Methods data-dependent through and through (their callers call them wrapped)."""
+    for cls, fn in wrappable_methods(module):
+        taint = function_taint(fn, Taint(wrapped=wrapped))
+        loops = data = 0
+        for stmt in iter_statements(fn.body):
+            if isinstance(stmt, cst.For) and taint.of_iterable(stmt.iter) == VALUE:
+                loops += 1
+            data += sum(1 for i in find_issues(stmt, taint) if i.kind == DATA and i.level == VALUE)
+        # Loops over tensors driven by tensor data: no part of it can stay in a graph.
+        if loops and loops + data >= WHOLE_METHOD_MIN_ISSUES and not targets.hidden_targets([fn.body], cls.name.value):
+            yield fn.name.value
 
 
 def _takes_location(stmt: cst.BaseStatement, taint: Taint) -> bool:

@@ -17,13 +17,13 @@ import libcst as cst
 
 from ...registry.rules import RULES, TZ105
 from ..detect import iter_statements
-from ..hoist import is_fx_wrapped, unhoistable
+from ..hoist import unhoistable
 from ..targets import TargetIndex
 from ..wrapper_names import describe
 from ..taint import CLEAN, META, VALUE, Taint, class_tensor_attributes, function_taint
 from ._chain import branches, first_branch, hoist_from
 from .base import RuleContext, RuleHooks, claimed
-from .data_dependent_loop import NEVER_WRAP_WHOLE
+from .data_dependent_loop import wrappable_methods
 
 SPEC = RULES[TZ105]
 CODE = SPEC.code
@@ -39,17 +39,12 @@ def whole_methods(module: cst.Module, targets: TargetIndex, wrapped: dict[str, c
     pos_embed``): the branch cannot move on its own (its return ends the method), so the method
     runs as one opaque call, deciding at run time, unless it calls targets."""
     tensors = class_tensor_attributes(module)
-    for cls in module.body:
-        if not isinstance(cls, cst.ClassDef) or not isinstance(cls.body, cst.IndentedBlock):
-            continue
-        for fn in cls.body.body:
-            if not isinstance(fn, cst.FunctionDef) or fn.name.value in NEVER_WRAP_WHOLE or is_fx_wrapped(fn):
-                continue
-            taint = function_taint(fn, Taint(wrapped=wrapped, tensor_attrs=tensors.get(cls.name.value, frozenset())))
-            if any(isinstance(stmt, cst.If) and taint.of(stmt.test) == META and unhoistable([stmt])
-                   for stmt in _all_statements(fn.body)) \
-                    and not targets.hidden_targets([fn.body], cls.name.value, follow_methods=True):
-                yield fn.name.value
+    for cls, fn in wrappable_methods(module):
+        taint = function_taint(fn, Taint(wrapped=wrapped, tensor_attrs=tensors.get(cls.name.value, frozenset())))
+        if any(isinstance(stmt, cst.If) and taint.of(stmt.test) == META and unhoistable([stmt])
+               for stmt in _all_statements(fn.body)) \
+                and not targets.hidden_targets([fn.body], cls.name.value, follow_methods=True):
+            yield fn.name.value
 
 
 def _all_statements(block: cst.CSTNode) -> Iterator[cst.BaseStatement]:
