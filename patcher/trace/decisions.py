@@ -25,6 +25,7 @@ from ..registry.wrapped import is_decision_name
 from .errors import BranchDecisionError, TracingError
 from .graph_runtime import GraphRoot, compile_graph, run_graph
 from .liveness import describe_node
+from .state import hooks_silenced
 
 #: More decisions than this in one trace means something loops on them: refused, not retraced for ever.
 MAX_DECISIONS = 64
@@ -99,7 +100,7 @@ def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mappi
     names = [placeholder.target for placeholder in partial.find_nodes(op="placeholder")]
     inputs = [_copied(sample[name]) for name in names]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
             value = run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
                               "the part of the graph a branch decision reads")
         return bool(value)

@@ -120,3 +120,23 @@ def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> It
         yield snapshot
     finally:
         snapshot.restore()
+
+
+@contextlib.contextmanager
+def hooks_silenced(model: nn.Module) -> Iterator[None]:
+    """No module hook of ``model`` runs inside: the tracer's own eager runs on the sample (a leaf's
+    output structure, the keys ``**`` unpacks, the settings moved code leaves, a branch decision)
+    are no calibration batch, and a hook that accumulates statistics (GPTQ's Hessians, a user's
+    activation recorder) would take them as one. The hooks are back on exit; hooks registered
+    inside (the run's own recorders) are removed with them."""
+    saved = [(module, attr, dict(getattr(module, attr))) for module in model.modules()
+             for attr in _HOOK_DICTS if hasattr(module, attr)]
+    for module, attr, _ in saved:
+        getattr(module, attr).clear()
+    try:
+        yield
+    finally:
+        for module, attr, entries in saved:
+            current = getattr(module, attr)
+            current.clear()
+            current.update(entries)

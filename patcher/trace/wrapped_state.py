@@ -223,7 +223,7 @@ def observe_settled_settings(model: nn.Module, sample_input: Any, fixed: Any,
     import torch
 
     from .opaque import modeling_namespaces
-    from .state import preserved_model_state
+    from .state import hooks_silenced, preserved_model_state
 
     paths = {module: name for name, module in model.named_modules() if module in traced_modules}
     calls: dict[Callable, list[Settled | None]] = {}
@@ -247,7 +247,7 @@ def observe_settled_settings(model: nn.Module, sample_input: Any, fixed: Any,
                 if inspect.isfunction(value) and is_wrapped_name(value.__name__):
                     restore.append((namespace, key, value))
                     namespace[key] = observed(value)
-        with preserved_model_state(model), torch.no_grad():
+        with preserved_model_state(model), hooks_silenced(model), torch.no_grad():
             model(**sample_input, **{key: value for key, value in fixed.items() if key not in sample_input})
     finally:
         for namespace, key, value in reversed(restore):

@@ -114,3 +114,19 @@ def test_a_tiny_xlnet_chain_equals_eager():
     assert [subgraph.targets for subgraph in subgraphs] == [["transformer.layer.0"], ["transformer.layer.1"], []]
     with torch.no_grad():
         assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample).logits)
+
+
+def test_the_tracers_own_eager_run_is_no_batch_for_the_models_hooks():
+    # A calibration hook (GPTQ's Hessian, an activation recorder) registered before tracing must see
+    # the batches the user runs, not the eager run the tracer makes to learn the layer's structure:
+    # that run would be one more sample in the statistics, without a word.
+    torch.manual_seed(0)
+    model = _TestsTheSecondItem(_PairLayer()).eval()
+    seen = []
+    model.layer.register_forward_hook(lambda module, args, output: seen.append(args[0].clone()))
+    sample = {"inputs_embeds": torch.randn(2, 4)}
+    subgraphs = trace_subgraphs(model, sample, ["_PairLayer"])
+    assert seen == []
+    with torch.no_grad():
+        run_subgraphs(model, subgraphs, sample)
+    assert len(seen) == 1 and len(model.layer._forward_hooks) == 1
