@@ -124,19 +124,35 @@ def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> It
 
 @contextlib.contextmanager
 def hooks_silenced(model: nn.Module) -> Iterator[None]:
-    """No module hook of ``model`` runs inside: the tracer's own eager runs on the sample (a leaf's
-    output structure, the keys ``**`` unpacks, the settings moved code leaves, a branch decision)
-    are no calibration batch, and a hook that accumulates statistics (GPTQ's Hessians, a user's
-    activation recorder) would take them as one. The hooks are back on exit; hooks registered
-    inside (the run's own recorders) are removed with them."""
+    """No hook of ``model``'s modules runs inside but transformers' own output capturing (which
+    fills ``hidden_states``: the run must return what the graph's run will): the tracer's own eager
+    runs on the sample (a leaf's output structure, the keys ``**`` unpacks, the settings moved code
+    leaves, a branch decision) are no calibration batch, and a hook that accumulates statistics
+    (GPTQ's Hessians, a user's activation recorder) would take them for one. On exit the hooks are
+    back; hooks registered inside are removed, but capture hooks transformers installed lazily stay,
+    as its mark that it installed them does."""
+    from .hooks import is_output_capturing
+
+    def capturing(module: nn.Module) -> set[int]:
+        # the flag dicts (``_forward_hooks_with_kwargs``...) share the hook dicts' keys
+        return {key for attr in ("_forward_hooks", "_forward_pre_hooks")
+                for key, hook in getattr(module, attr, {}).items() if is_output_capturing(hook)}
+
     saved = [(module, attr, dict(getattr(module, attr))) for module in model.modules()
              for attr in _HOOK_DICTS if hasattr(module, attr)]
-    for module, attr, _ in saved:
-        getattr(module, attr).clear()
+    kept = {module: capturing(module) for module in model.modules()}
+    for module, attr, entries in saved:
+        hooks = getattr(module, attr)
+        for key in entries:
+            if key not in kept[module]:
+                del hooks[key]
     try:
         yield
     finally:
         for module, attr, entries in saved:
-            current = getattr(module, attr)
-            current.clear()
-            current.update(entries)
+            hooks = getattr(module, attr)
+            installed = {key: value for key, value in hooks.items()
+                         if key not in entries and key in capturing(module)}
+            hooks.clear()
+            hooks.update(entries)
+            hooks.update(installed)
