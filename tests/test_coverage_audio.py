@@ -30,6 +30,10 @@ WITH_AUDIO = {
     "GraniteSpeechForConditionalGeneration": False,  # (B, T, mel), a mask over features, not frames
     "FunAsrNanoForConditionalGeneration": False,  # 7 stacked mel frames per feature frame
     "Phi4MultimodalForCausalLM": False,           # told each clip's feature count (audio_embed_sizes)
+    # a clip beside a text encoder: the text sample's inputs, decoder codes in codebook layout
+    "MusicgenMelodyForConditionalGeneration": False,  # chroma prepended to the T5 states, decoder ids given
+    "MusicgenForConditionalGeneration": False,    # EnCodec codes of the clip are the decoder ids; codebooks
+    # drawn from the first clip's frames
 }
 
 #: Rows whose audio attempt fails, loudly, and why: ``name -> (stage, where, why)``.
@@ -209,3 +213,56 @@ def test_a_noisy_audio_path_is_sampled_deterministically():
     with torch.no_grad():
         first, second = model(**sample).logits, model(**sample).logits
     torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def _influence(model, sample) -> float:
+    from patcher.coverage.modalities.audio import _with_other_audio
+
+    with torch.no_grad():
+        first = model(**sample).logits
+        other = model(**_with_other_audio(sample, 0, model.config)).logits
+    return float((first - other).abs().max())
+
+
+def test_a_clip_beside_a_text_encoder_comes_with_the_text_sample_in_codebook_layout():
+    # MusicGen Melody: T5 reads input_ids, the chroma clip (batch, frames, num_chroma) is prepended to
+    # its states, the decoder reads (batch * num_codebooks, seq) codes
+    from patcher.coverage.modalities.audio import audio_samples
+
+    model = _tiny("MusicgenMelodyForConditionalGeneration")
+    codebooks = model.config.decoder.num_codebooks
+    for sample in audio_samples(model.config, model, 0):
+        batch = sample["input_ids"].shape[0]
+        assert sample["attention_mask"].shape == sample["input_ids"].shape
+        assert sample["decoder_input_ids"].shape[0] == batch * codebooks
+        assert sample["input_features"].shape[0] == batch
+        assert sample["input_features"].shape[-1] == model.config.num_chroma
+        assert _influence(model, sample) > MIN_INFLUENCE
+
+
+def test_a_clip_that_becomes_the_decoder_input_is_given_no_decoder_ids():
+    # MusicGen encodes input_values with EnCodec into decoder_input_ids only when none are given:
+    # next to given ids the clip would be ignored. Its codebooks, zeros as built, are drawn from the
+    # first clip's frames by audio_samples, else every clip gives the same codes
+    from patcher.coverage.modalities.audio import audio_samples
+
+    model = _tiny("MusicgenForConditionalGeneration")
+    for sample in audio_samples(model.config, model, 0):
+        assert "decoder_input_ids" not in sample and sample["input_values"].dim() == 3
+        assert sample["input_ids"].shape[0] == sample["input_values"].shape[0]
+        assert _influence(model, sample) > MIN_INFLUENCE
+
+
+def test_codec_codes_fill_the_audio_placeholders_and_the_cutoffs_end_each_clip():
+    # Csm: each clip's end in its row (input_values_cutoffs), one audio placeholder per Mimi code
+    # frame, and a pad (its audio token) that asks for no audio at masked positions
+    from patcher.coverage.modalities.audio import audio_samples
+
+    model = _tiny("CsmForConditionalGeneration")
+    token = model.config.audio_token_id
+    for sample in audio_samples(model.config, model, 0):
+        clips, _channels, samples = sample["input_values"].shape
+        assert sample["input_values_cutoffs"].tolist() == [[samples]] * clips
+        frames = model.codec_model.get_audio_codes_mask(torch.ones(clips, samples)).sum(-1)
+        assert (sample["input_ids"] == token).sum(-1).tolist() == frames.tolist()
+        assert _influence(model, sample) > MIN_INFLUENCE

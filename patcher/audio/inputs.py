@@ -26,6 +26,10 @@ MASK_INPUTS = ("feature_attention_mask", "input_features_mask", "audio_attention
 #: forward arguments holding each clip's length in waveform samples (Dots3-Note's audio chunks),
 #: where a tower takes lengths instead of a frame mask
 SAMPLE_LENGTH_INPUTS = ("chunk_sample_lengths",)
+#: forward arguments holding where each clip ends in its row's waveform, ``(rows, clips per row)``,
+#: -1 where a row has fewer clips (Csm's ``input_values_cutoffs``: a row's clips are concatenated);
+#: one clip per row here: ``[[valid samples]]``
+CUTOFF_INPUTS = ("input_values_cutoffs",)
 #: forward arguments telling the model how many audio features of each clip to keep (Phi-4
 #: multimodal's ``audio_embed_sizes``: its extractor computes them; the model does not)
 FEATURE_COUNT_INPUTS = ("audio_embed_sizes",)
@@ -69,6 +73,11 @@ def feature_count_input(model_or_cls) -> str | None:
 def sample_length_input(model_or_cls) -> str | None:
     names = forward_names(model_or_cls)
     return next((name for name in SAMPLE_LENGTH_INPUTS if name in names), None)
+
+
+def cutoff_input(model_or_cls) -> str | None:
+    names = forward_names(model_or_cls)
+    return next((name for name in CUTOFF_INPUTS if name in names), None)
 
 
 def sample_lengths(config, clips: int, valid_frames: int, waveform_input: bool) -> torch.Tensor:

@@ -16,7 +16,9 @@
   with one run of audio placeholder tokens per clip, as many as the model's own audio path yields
   for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``; that count
   per clip where ``forward`` is told it (Phi-4 multimodal's ``audio_embed_sizes``);
-- for an encoder-decoder (Whisper, Moonshine, ...): ``decoder_input_ids`` of ordinary text tokens.
+- for an encoder-decoder (Whisper, Moonshine, ...): ``decoder_input_ids`` of ordinary text tokens;
+  for one whose encoder reads text and whose clip conditions the decoder (MusicGen, MusicGen
+  Melody), the given text sample's inputs the whole model runs on beside the clip.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any
 import torch
 
 from ..images.tokens import decoder_rows, pad_token_id, place_spans, text_pool
-from .inputs import (FEATURE_INPUTS, audio_config, audio_input, feature_count_input, feature_variants, forward_names,
-                     mask_input, sample_length_input, sample_lengths, samples_per_feature, waveform_variants)
-from .tokens import audio_token_id, run_audio_path
+from .inputs import (FEATURE_INPUTS, audio_config, audio_input, cutoff_input, feature_count_input, feature_variants,
+                     forward_names, mask_input, sample_length_input, sample_lengths, samples_per_feature,
+                     waveform_variants)
+from .tokens import BesideText, audio_token_id, run_audio_path
 
 #: free clip lengths of the two layouts: mel frames (multiples of 100: Qwen3-ASR's encoder takes
 #: windows of 100 frames), waveform samples
@@ -68,16 +71,19 @@ def _mask(clips: int, length: int, valid: int) -> torch.Tensor:
 
 
 def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
-                dtype: torch.dtype = torch.float32) -> tuple[dict[str, torch.Tensor], int | None]:
+                dtype: torch.dtype = torch.float32, text: dict[str, Any] | None = None
+                ) -> tuple[dict[str, torch.Tensor], int | BesideText | None]:
     """The clip inputs of layout ``layout`` (0 or 1) for ``clips`` clips and the audio features
-    they yield all together (None for an encoder-decoder): the first arrangement and length the
-    model's audio path runs on. Raises the first failure when none runs."""
+    they yield all together (None for an encoder-decoder; :class:`BesideText` for one whose encoder
+    reads ``text``): the first arrangement and length the model's audio path runs on. Raises the
+    first failure when none runs."""
     config = model.config
     name = audio_input(model)
     if name is None:
         raise ValueError(f"{type(model).__name__}.forward takes no audio input (input_features / input_values)")
     mask = mask_input(model)
     lengths = sample_length_input(model)
+    cutoffs = cutoff_input(model)
     kind = "features" if name in FEATURE_INPUTS else "waveform"
     fixed = fixed_length(config)
     # (length, valid frames): a free length; else the fixed one, fully real on the first layout
@@ -91,36 +97,49 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
     # a free length the tower refuses (Voxtral Realtime folds 4 frames after its stride-2 conv into
     # one feature: 100 frames give 50): four times as long, tried last
     tries.append((LONGER * tries[0][0], LONGER * tries[0][0]))
+    # beside a text encoder, every clip is tried without the decoder's ids first: a model that makes
+    # its decoder input from the clip when none is given ignores the clip next to given ids (MusicGen
+    # encodes input_values into decoder_input_ids only then); then with them (MusicGen Melody
+    # prepends the clip to the text encoder's states)
+    texts = [None] if text is None else [
+        {key: value for key, value in text.items() if not key.startswith("decoder_")}, text]
     first_error = None
-    for length, valid in tries:
-        state = generator.get_state()
-        for value in _clip(config, name, clips, length, generator, dtype):
-            inputs = {name: value}
-            if mask is not None:
-                inputs[mask] = _mask(clips, length, valid)
-            if lengths is not None:
-                inputs[lengths] = sample_lengths(config, clips, valid, kind == "waveform")
-            try:
-                return inputs, run_audio_path(model, inputs, name, mask)
-            except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
-                first_error = first_error or exc
-        generator.set_state(state)
+    for beside in texts:
+        for length, valid in tries:
+            state = generator.get_state()
+            for value in _clip(config, name, clips, length, generator, dtype):
+                inputs = {name: value}
+                if mask is not None:
+                    inputs[mask] = _mask(clips, length, valid)
+                if lengths is not None:
+                    inputs[lengths] = sample_lengths(config, clips, valid, kind == "waveform")
+                if cutoffs is not None:
+                    inputs[cutoffs] = torch.full((clips, 1), valid, dtype=torch.long)
+                try:
+                    return inputs, run_audio_path(model, inputs, name, mask, beside)
+                except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
+                    first_error = first_error or exc
+            generator.set_state(state)
     raise first_error
 
 
 def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_padding: int = 0, layout: int = 0,
                        generator: torch.Generator | None = None, device: str | torch.device = "cpu",
-                       dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+                       dtype: torch.dtype = torch.float32, text: dict[str, Any] | None = None) -> dict[str, Any]:
     """A sample with one audio clip per row for the built ``model`` (see the module docstring);
-    ``layout`` 0 or 1 picks one of two clip lengths (or valid lengths)."""
+    ``layout`` 0 or 1 picks one of two clip lengths (or valid lengths). ``text``: a text sample of
+    ``batch_size`` rows, its token ids laid out as ``forward`` takes them, for a model whose clip
+    conditions its decoder beside a text encoder (MusicGen): the sample is that text and the clip."""
     config = model.config
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
     if not 0 <= left_padding < seq_len:
         raise ValueError(f"left_padding must be in [0, seq_len) (got {left_padding} with seq_len={seq_len})")
-    inputs, total = clip_inputs(model, layout, batch_size, generator, dtype)
+    inputs, total = clip_inputs(model, layout, batch_size, generator, dtype, text)
     accepted = set(forward_names(model))
     sample: dict[str, Any] = {}
-    if total is None and not getattr(config, "is_encoder_decoder", False):
+    if isinstance(total, BesideText):
+        sample.update(total.text)
+    elif total is None and not getattr(config, "is_encoder_decoder", False):
         # the clip next to ordinary text, no placeholders (CLVP: the clip conditions the text)
         sample["input_ids"], sample["attention_mask"] = place_spans(
             text_pool(config), pad_token_id(config), batch_size, seq_len, [], left_padding, generator)
@@ -142,8 +161,12 @@ def build_audio_sample(model, *, batch_size: int = 1, seq_len: int = 8, left_pad
                 inputs[counts] = torch.full((batch_size,), total // batch_size, dtype=torch.long)
             pool = text_pool(config)
             pool = pool[pool != token]
+            # a pad that is the placeholder (Csm pads with its audio token) would ask for audio features
+            # at masked positions: pad with an ordinary token, hidden by the mask all the same
+            pad = pad_token_id(config)
+            pad = int(pool[0]) if pad == token else pad
             sample["input_ids"], sample["attention_mask"] = place_spans(
-                pool, pad_token_id(config), batch_size, seq_len, [span], left_padding, generator)
+                pool, pad, batch_size, seq_len, [span], left_padding, generator)
     sample.update(inputs)
     sample.update(deterministic_flags(model))
     sample = {key: value for key, value in sample.items() if key in accepted}

@@ -11,6 +11,7 @@ inside ``forward``); an encoder-decoder's encoder is run only to check it takes 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -142,11 +143,50 @@ def _count_by_config_tower(model, inputs: dict[str, Any], name: str, mask: str |
     return int(output.shape[0] * output.shape[1])
 
 
-def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
+@dataclass(frozen=True)
+class BesideText:
+    """What :func:`run_audio_path` returns for a clip that conditions the decoder of an
+    encoder-decoder whose encoder reads text, not the clip (MusicGen's audio prompt, MusicGen
+    Melody's chroma): ``text``, the inputs of the given text sample the clip ran beside."""
+
+    text: dict[str, Any]
+
+
+def _beside_text(model, inputs: dict[str, Any], text: dict[str, Any]) -> BesideText | None:
+    """``text`` as :class:`BesideText` when the whole model runs on it beside the clip ``inputs``."""
+    try:
+        _call(model.forward, {**text, **inputs})
+    except Exception:  # noqa: BLE001  (the model does not take the clip this way)
+        return None
+    return BesideText(text)
+
+
+def _count_by_codec(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
+    """The code frames a codec yields for all clips together, for a model that turns its clip into
+    audio codes whose embeddings replace its audio placeholders (Csm: ``codec_model``, Mimi): the
+    codec encodes the clips (raising on an arrangement it does not take) and its own
+    ``get_audio_codes_mask`` counts the frames of each clip's valid samples. None where the model
+    has no such codec or no placeholder."""
+    codec = getattr(model, "codec_model", None)
+    if not callable(getattr(codec, "get_audio_codes_mask", None)) or audio_token_id(model.config) is None:
+        return None
+    value = inputs[name]
+    sample_mask = (inputs[mask] if mask and mask in inputs
+                   else torch.ones(value.shape[0], value.shape[-1], dtype=torch.long))
+    with torch.no_grad():
+        codec.encode(value)
+        return int(codec.get_audio_codes_mask(sample_mask).sum())
+
+
+def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None,
+                   text: dict[str, Any] | None = None) -> int | BesideText | None:
     """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
     how many text-width features all clips yield together (None for an encoder-decoder, whose
     decoder takes no audio tokens, and for a model that takes the clip next to its text, with no
-    audio path of its own to count features: CLVP). Raises when the path rejects the clip."""
+    audio path of its own to count features: CLVP). An encoder-decoder whose encoder refuses the
+    clip is run whole on it: beside ``text`` (a text sample of as many rows as clips, token ids laid
+    out as its forward takes them), :class:`BesideText` when that runs. Raises when the path rejects
+    the clip."""
     method = _method(model, "get_audio_features")
     clip = dict(inputs)
     if method is not None:
@@ -175,6 +215,9 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
     counted = _count_by_config_tower(model, inputs, name, mask)
     if counted is not None:
         return counted
+    counted = _count_by_codec(model, inputs, name, mask)
+    if counted is not None:
+        return counted
     if getattr(model.config, "is_encoder_decoder", False) and callable(getattr(model, "get_encoder", None)):
         encoder = model.get_encoder()
         clip = {name: inputs[name]}
@@ -183,6 +226,9 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None) -
         try:
             _call(encoder.forward, clip)
         except (TypeError, ValueError):
+            beside = _beside_text(model, inputs, text) if text is not None else None
+            if beside is not None:
+                return beside
             # the head maps the clip onto its encoder's input itself (Pop2Piano hands its
             # input_features to the T5 encoder as inputs_embeds): run the whole model on it
             start = getattr(model.config, "decoder_start_token_id", None) or 0

@@ -194,6 +194,20 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     "clvp_encoder": {"num_attention_heads": 2},
     # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
     "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
+    # an audio prompt (input_values) is encoded by EnCodec into the decoder's input ids, so EnCodec
+    # must give as many codebooks as the decoder reads, each of the decoder's vocabulary (the
+    # checkpoints' audio_encoder: codebook_size 2048 == decoder vocab_size, target_bandwidths [2.2]
+    # giving its 4 codebooks). The class defaults are EnCodec-24kHz's (1024 codes, 2 codebooks at
+    # 1.5 kbps), and codebook_dim, set from hidden_size before shrinking, is left at the old width.
+    # Bandwidth: codebooks * log2(codebook_size) bits * 75 frames per second (24 kHz, hop 320)
+    # the codec's codes are embedded in the backbone's per-codebook tables of codebook_size
+    # (vocab_size) rows: the codec's codebook must not be larger (the checkpoint: Mimi's 2048 codes,
+    # Csm's 2051 rows); shrunk, Csm's tables have VOCAB rows and Mimi keeps 2048. The backbone's
+    # audio-code table is tied to the depth decoder's, as wide as its backbone_hidden_size (the
+    # checkpoint: both 2048)
+    "csm": {"codec_config": {"codebook_size": VOCAB}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
+    "musicgen": {"audio_encoder": {"codebook_size": VOCAB, "codebook_dim": HIDDEN,
+                                   "target_bandwidths": [4 * 8 * 75 / 1000]}},
 }
 
 

@@ -10,7 +10,8 @@ chain of subgraphs, each compared with eager:
 3. sample 1 with other clip values (the influence check's varied sample): the chain must give
    eager's new output too.
 
-A model that takes a clip is built with unit-gain convolutions (:func:`unit_gain_convolutions`).
+A model that takes a clip is built with unit-gain convolutions (:func:`unit_gain_convolutions`);
+its codec codebooks are drawn from the first clip's frames (:func:`codebooks_from_first_clip`).
 
 A speech model that cannot run on text alone (Whisper: the encoder needs a clip) keeps its text
 attempt's eager failure, marked :data:`AUDIO_ONLY` so the report does not list it as the row's
@@ -48,15 +49,67 @@ def unit_gain_convolutions(model, seed: int) -> None:
                 weight.copy_(value.to(weight.dtype))
 
 
-def audio_samples(config, model, seed: int) -> list[dict]:
-    """Clip layouts 0 and 1 (see the module docstring)."""
-    from ...audio import build_audio_sample
+#: buffers holding a codec's vector-quantizer codebook, one code per row, that transformers
+#: initializes to zeros (training fills them by k-means from the first batch): EnCodec's ``embed``
+#: (EncodecEuclideanCodebook), Mimi's ``embed_sum`` (MimiEuclideanCodebook, over its cluster usage)
+CODEBOOK_BUFFERS = ("embed", "embed_sum")
 
-    first = build_audio_sample(model, batch_size=2, seq_len=8, left_padding=1, layout=0,
-                               generator=torch.Generator().manual_seed(seed))
-    second = build_audio_sample(model, batch_size=1, seq_len=13, layout=1,
-                                generator=torch.Generator().manual_seed(seed + 1))
-    return [first, second]
+
+def codebooks_from_first_clip(model, seed: int) -> None:
+    """Make every all-zero codebook (:data:`CODEBOOK_BUFFERS`) of ``model`` fill itself, on its first
+    ``encode``, with rows drawn from the frames it is given, as a codec's k-means init does from its
+    first batch. With every code zero, each frame of any clip quantizes to code 0, so a model that
+    turns its clip into codes (MusicGen's audio prompt through EnCodec, Csm's Mimi) makes the same
+    ids of every clip and no clip reaches the logits. Codes drawn at random would not do either: a
+    tiny codec's frames share one large bias-driven direction, so every frame lands on the code
+    nearest to that; codes drawn from real frames tell frames apart by what the clip changed. The
+    first clip is the sample builder's (seeded), so the codebook is the same on every run."""
+    generator = torch.Generator().manual_seed(seed + 3)
+    for module in model.modules():
+        buffers = dict(module.named_buffers(recurse=False))
+        name = next((name for name in CODEBOOK_BUFFERS if name in buffers), None)
+        encode = getattr(module, "encode", None)
+        if name is None or not callable(encode) or buffers[name].dim() != 2 or buffers[name].any():
+            continue
+        module.encode = _encode_filling_codebook(module, name, encode, generator)
+
+
+def _encode_filling_codebook(module, name: str, encode, generator):
+    def first_encode(hidden_states, *args, **kwargs):
+        codebook = getattr(module, name)
+        frames = hidden_states.detach().reshape(-1, hidden_states.shape[-1])
+        rows = torch.randint(len(frames), (codebook.shape[0],), generator=generator)
+        with torch.no_grad():
+            codebook.copy_(frames[rows].to(codebook.dtype))
+        if hasattr(module, "_embed"):  # Mimi caches embed_sum over cluster usage
+            module._embed = None
+        del module.encode  # the class's own encode from now on
+        return encode(hidden_states, *args, **kwargs)
+
+    return first_encode
+
+
+def audio_samples(config, model, seed: int) -> list[dict]:
+    """Clip layouts 0 and 1 (see the module docstring). Each is given the text attempt's sample of
+    its shape, token ids in the model's codebook layout, for a clip that sits beside a text encoder
+    (MusicGen)."""
+    from ...audio import build_audio_sample
+    from ..sweep_samples import coverage_text_sample
+
+    # here, on the model eager runs, not at build: the traceable copy loads this model's state once
+    # the samples are built, codebooks filled; built with the hook too, it would refill them from
+    # its own first clip, inside the trace
+    codebooks_from_first_clip(model, seed)
+    samples = []
+    for layout, (batch_size, seq_len, left_padding) in enumerate(((2, 8, 1), (1, 13, 0))):
+        # only an encoder-decoder's encoder can be the text encoder a clip sits beside
+        text = (coverage_text_sample(config, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                                     seed=seed + layout)
+                if getattr(config, "is_encoder_decoder", False) else None)
+        samples.append(build_audio_sample(model, batch_size=batch_size, seq_len=seq_len, left_padding=left_padding,
+                                          layout=layout, generator=torch.Generator().manual_seed(seed + layout),
+                                          text=text))
+    return samples
 
 
 def _with_other_audio(sample: dict, seed: int, config) -> dict:
