@@ -37,7 +37,7 @@ from torch import fx, nn
 from transformers.utils import ModelOutput
 
 from .errors import LeafOutputError
-from .state import hooks_silenced, preserved_model_state
+from .state import run_on_sample
 
 #: An item that is neither ``None`` nor a container: a graph value while tracing.
 VALUE = "value"
@@ -142,22 +142,12 @@ def eager_leaf_outputs(model: nn.Module, sample: Mapping[str, Any], flags: Mappi
     def record(module, args, output):
         found[module].append(describe(output))
 
-    devices = sorted({tensor.device.index or 0 for tensor in model.parameters() if tensor.device.type == "cuda"})
-    with hooks_silenced(model):  # the tracer's run is no calibration batch for the model's hooks
-        handles = [module.register_forward_hook(record) for module in found]
-        try:
-            # the caller's random draws stay as they were (dropout in train mode), and so does the
-            # model; leaves run as the graph will run them: with the config's own use_cache (the
-            # trace turns it off while tracing; a leaf called by the graph reads it again, as
-            # CLVP's decoder does)
-            with torch.random.fork_rng(devices=devices), torch.no_grad(), \
-                    preserved_model_state(model, disable_cache=False):
-                model(**sample, **{key: value for key, value in flags.items() if key not in sample})
-        except Exception:  # noqa: BLE001 - the trace is what reports problems with the sample
-            return None
-        finally:
-            for handle in handles:
-                handle.remove()
+    try:
+        # leaves run as the graph will run them: with the config's own use_cache (the trace turns it
+        # off while tracing; a leaf called by the graph reads it again, as CLVP's decoder does)
+        run_on_sample(model, sample, flags, [(module, record) for module in found], disable_cache=False)
+    except Exception:  # noqa: BLE001 - the trace is what reports problems with the sample
+        return None
     return found
 
 
@@ -178,21 +168,7 @@ def observed_output_keys(model: nn.Module, sample_input: Mapping[str, Any], fixe
     The run leaves the model as it was (module state, configs, hooks)."""
     paths = {module: name for name, module in model.named_modules()}
     calls: dict[str, list[tuple[str, ...] | None]] = defaultdict(list)
-    handles = []
-    with hooks_silenced(model):
-        return _observed_keys(model, sample_input, fixed, leaves, paths, calls, handles)
-
-
-def _observed_keys(model, sample_input, fixed, leaves, paths, calls, handles) -> dict[str, tuple[str, ...]]:
-    try:
-        for module in leaves:
-            name = paths.get(module)
-            if name is not None:
-                handles.append(module.register_forward_hook(
-                    lambda _module, _args, output, name=name: calls[name].append(_keys(output))))
-        with preserved_model_state(model, disable_cache=False), torch.no_grad():  # as the graph runs leaves
-            model(**sample_input, **{key: value for key, value in fixed.items() if key not in sample_input})
-    finally:
-        for handle in handles:
-            handle.remove()
+    recorders = [(module, lambda _module, _args, output, name=paths[module]: calls[name].append(_keys(output)))
+                 for module in leaves if module in paths]
+    run_on_sample(model, sample_input, fixed, recorders, disable_cache=False)  # as the graph runs leaves
     return {name: seen[0] for name, seen in calls.items() if seen[0] is not None and len(set(seen)) == 1}

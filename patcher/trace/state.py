@@ -8,8 +8,9 @@ cache off through the configs. Everything written is put back afterwards.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import torch
 from torch import nn
 from transformers import PretrainedConfig
 
@@ -156,3 +157,22 @@ def hooks_silenced(model: nn.Module) -> Iterator[None]:
             hooks.clear()
             hooks.update(entries)
             hooks.update(installed)
+
+
+def run_on_sample(model: nn.Module, sample: Mapping[str, Any], flags: Mapping[str, Any],
+                  recorders: Iterable[tuple[nn.Module, Callable]] = (), *, disable_cache: bool = True) -> Any:
+    """One eager forward of ``model`` on the trace's ``sample`` and ``flags``, as the tracer runs it
+    to learn what tracing cannot see: the model's own hooks silenced (:func:`hooks_silenced`), only
+    the ``(module, forward hook)`` ``recorders`` on; the model's state, the caller's random draws
+    (dropout in train mode) and the hooks as they were afterwards. ``disable_cache=False`` runs the
+    modules with their configs' own ``use_cache``, as the graph runs the modules it calls whole."""
+    devices = sorted({tensor.device.index or 0 for tensor in model.parameters() if tensor.device.type == "cuda"})
+    with hooks_silenced(model):
+        handles = [module.register_forward_hook(hook) for module, hook in recorders]
+        try:
+            with torch.random.fork_rng(devices=devices), torch.no_grad(), \
+                    preserved_model_state(model, disable_cache=disable_cache):
+                return model(**sample, **{key: value for key, value in flags.items() if key not in sample})
+        finally:
+            for handle in handles:
+                handle.remove()

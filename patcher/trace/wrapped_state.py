@@ -220,10 +220,8 @@ def observe_settled_settings(model: nn.Module, sample_input: Any, fixed: Any,
     eager run of the sample, for the functions whose every call changed the same scalars and replaced
     no child (a new module object cannot be replayed while tracing; the run-time guard refuses it).
     The model is left as it was."""
-    import torch
-
     from .opaque import modeling_namespaces
-    from .state import hooks_silenced, preserved_model_state
+    from .state import run_on_sample
 
     paths = {module: name for name, module in model.named_modules() if module in traced_modules}
     calls: dict[Callable, list[Settled | None]] = {}
@@ -247,8 +245,7 @@ def observe_settled_settings(model: nn.Module, sample_input: Any, fixed: Any,
                 if inspect.isfunction(value) and is_wrapped_name(value.__name__):
                     restore.append((namespace, key, value))
                     namespace[key] = observed(value)
-        with preserved_model_state(model), hooks_silenced(model), torch.no_grad():
-            model(**sample_input, **{key: value for key, value in fixed.items() if key not in sample_input})
+        run_on_sample(model, sample_input, fixed)
     finally:
         for namespace, key, value in reversed(restore):
             namespace[key] = value
