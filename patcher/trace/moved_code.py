@@ -38,7 +38,7 @@ def reached_children(call: fx.Node, module_node: fx.Node, module: nn.Module) -> 
     if call.op != "call_function" or not callable(function) or not is_wrapped_name(getattr(function, "__name__", "")):
         return None
     parameters = _parameters_bound_to(function, call, module_node)
-    tree = _function_tree(function)
+    tree = function_tree(function)
     if not parameters or tree is None:
         return None
     reached: set[str] = set()
@@ -72,7 +72,10 @@ def _contains(value: Any, node: fx.Node) -> bool:
     return False
 
 
-def _function_tree(function: Callable) -> ast.FunctionDef | None:
+@functools.lru_cache(maxsize=None)
+def function_tree(function: Callable) -> ast.FunctionDef | None:
+    """The definition of ``function`` (a function or method) parsed from its source; None where the
+    source cannot be had."""
     try:
         source = textwrap.dedent(inspect.getsource(function))
         tree = ast.parse(source)
@@ -123,7 +126,7 @@ def may_return_none(function: Any) -> bool:
 
 @functools.lru_cache(maxsize=1024)  # asked at every call of the function while tracing
 def _sets_a_result_to_none(function: Callable) -> bool:
-    tree = _function_tree(function)
+    tree = function_tree(function)
     if tree is None:
         return False
     returned: set[str] = set()

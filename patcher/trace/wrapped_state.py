@@ -26,6 +26,7 @@ from torch import nn
 from ..registry.origins import noted_origin
 from ..registry.wrapped import is_wrapped_name
 from .errors import StateChangeError
+from .moved_code import function_tree
 from .record import is_trace_constant, same_constant
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
@@ -144,22 +145,10 @@ def may_change_settings(function: Callable, args: tuple, kwargs: dict) -> bool:
 _MAX_DEPTH = 4
 
 
-@functools.lru_cache(maxsize=None)
-def _definition(function: Callable):
-    import ast
-    import textwrap
-
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    return next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-
-
 def _writes_settings(function: Callable, modules: dict[str, nn.Module], depth: int) -> bool:
     import ast
 
-    definition = _definition(function)
+    definition = function_tree(function)
     if definition is None or depth > _MAX_DEPTH:
         return True
 
