@@ -20,7 +20,8 @@ import torch
 from ..registry.origins import noted_location, original_line
 from .modalities import MIN_INFLUENCE, MODALITIES, Modality
 from ..verify.compare import compare, sweep_tolerance
-from ..trace.influence import accepts as _accepts, eager_ignores, main_output as _output
+from ..verify.eager import eager_inputs, run_eagerly
+from ..trace.influence import eager_ignores, main_output as _output
 from ..verify.compare import max_abs_diff as tensor_diff  # the sweep's public name for it
 
 MAX_PARAMETERS = 50_000_000
@@ -47,6 +48,10 @@ class Attempt:
     blocker_location: str | None = None
     blocker_code: str | None = None
     unused_inputs: list[str] = field(default_factory=list)  # sample inputs eager ignores as well
+    #: whether the chain made eager's computing kernel calls on eager's layouts on the second sample
+    #: (``patcher.verify.kernels``), which makes it equal on other CPUs too; None: not checked
+    same_kernels: bool | None = None
+    kernel_difference: str | None = None  # the first call that differs, both sides
 
 
 def _modality_attempts(cls):
@@ -281,9 +286,8 @@ def check_architecture(
             continue
         try:
             # the graph is traced with the cache off; some caches fail on hybrid layer mixes
-            extra = {"use_cache": False} if _accepts(original, "use_cache") else {}
-            with torch.no_grad():
-                expected = [original(**sample, **extra) for sample in samples[attempt.mode]]
+            extra = eager_inputs(original, {})
+            expected = [run_eagerly(original, sample) for sample in samples[attempt.mode]]
             calls = _count_calls(original, row.targets, {**samples[attempt.mode][0], **extra})
             samples[attempt.mode] = (samples[attempt.mode], expected, calls)
             attempt.ran = True
@@ -333,7 +337,7 @@ def check_architecture(
     generated = _Generated(traceable_cls)
     for attempt in attempts:
         if attempt.mode in samples:
-            _attempt(attempt, traceable, row.targets, *samples[attempt.mode], generated, original_file,
+            _attempt(attempt, traceable, original, row.targets, *samples[attempt.mode], generated, original_file,
                      sweep_tolerance(atol))
     for mode, modality in modality_of.items():
         if modality.vision_blocks and mode in samples:
@@ -382,7 +386,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
             attempt.error = "no vision tower with a list of blocks (patcher.find_tower_blocks found none)"
             return
         targets = row.vision_targets + [target for target in row.targets if target not in row.vision_targets]
-        extra = {"use_cache": False} if _accepts(original, "use_cache") else {}
+        extra = eager_inputs(original, {})
         calls = _count_calls(original, targets, {**samples[0], **extra})
         stage = "patch"
         patch_targets = list(dict.fromkeys([*classes, *(t for t in row.vision_targets if not t.startswith("re:"))]))
@@ -393,7 +397,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, stage, exc, _Generated(), original_file)
         return
-    _attempt(attempt, traceable, targets, samples, expected, calls, _Generated(traceable_cls), original_file,
+    _attempt(attempt, traceable, original, targets, samples, expected, calls, _Generated(traceable_cls), original_file,
              sweep_tolerance(atol))
 
 
@@ -452,7 +456,8 @@ def _count_calls(model, targets, sample) -> int:
     return count_target_calls(model, targets, run)
 
 
-def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generated, original_file, within) -> None:
+def _attempt(attempt: Attempt, model, original, targets, samples, expected, calls, generated, original_file,
+             within) -> None:
     from ..partition import run_subgraphs, trace_subgraphs
     from ..trace import DEFAULT_IGNORE, DroppedInputError
 
@@ -492,7 +497,22 @@ def _attempt(attempt: Attempt, model, targets, samples, expected, calls, generat
         attempt.reuse_diff = diffs[1]
     attempt.equal = (len(diffs) == len(samples) and all(agreed)
                      and attempt.subgraphs == attempt.expected)
+    if attempt.equal:
+        _check_kernels(attempt, model, original, subgraphs, samples[-1])
     if not attempt.equal and attempt.stage is None:
         attempt.stage = "compare"
         attempt.error = (f"subgraphs {attempt.subgraphs}/{attempt.expected}, max diff {attempt.max_diff}, "
                          f"reuse diff {attempt.reuse_diff} (output {key!r})")
+
+
+def _check_kernels(attempt: Attempt, model, original, subgraphs, sample) -> None:
+    """Whether the chain of the patched ``model`` makes the eager ``original``'s kernel calls."""
+    from ..verify.kernels import KernelLayoutMismatch, verify_kernel_layouts
+
+    try:
+        verify_kernel_layouts(model, subgraphs, sample, eager_model=original)
+        attempt.same_kernels = True
+    except KernelLayoutMismatch as exc:
+        attempt.same_kernels, attempt.kernel_difference = False, _short(str(exc).split("\nthe outputs")[0], 1000)
+    except Exception as exc:  # noqa: BLE001 - a run that fails under the recorder says nothing about layouts
+        attempt.kernel_difference = _short(f"not checked: {type(exc).__name__}: {exc}")

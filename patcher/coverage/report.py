@@ -87,6 +87,28 @@ def overall_line(rows: list[CoverageRow]) -> str:
             "as not equal.")
 
 
+def _equal_attempts(row: CoverageRow) -> list[tuple[str, Attempt]]:
+    attempts = [("text", row.text), *((modality.label, getattr(row, modality.attempt, None)) for modality in MODALITIES),
+                ("vision blocks", getattr(row, "vision_blocks", None))]
+    return [(label, attempt) for label, attempt in attempts if attempt is not None and attempt.equal]
+
+
+def kernels_line(rows: list[CoverageRow]) -> str:
+    """``Same kernels as eager: X of N equal attempts``, naming the others with their first
+    difference: an attempt that is equal here and makes eager's kernel calls on eager's layouts
+    (``patcher.verify.kernels``) is equal on any CPU; the others were equal on this one."""
+    equal = [(row.architecture, label, attempt) for row in rows for label, attempt in _equal_attempts(row)]
+    checked = [item for item in equal if item[2].same_kernels is not None]
+    if not checked:
+        return ""
+    same = sum(attempt.same_kernels for _, _, attempt in checked)
+    others = [f"{name} ({label}): {attempt.kernel_difference or 'not checked'}"
+              for name, label, attempt in equal if not attempt.same_kernels]
+    return (f"Same kernels as eager: {same} of {len(equal)} equal attempts make eager's computing kernel calls on "
+            "eager's memory layouts (patcher.verify.kernels), so they are equal on other CPUs too"
+            + ("; not: " + "; ".join(others) if others else "") + ".")
+
+
 def vision_blocks_share(mm_built: list[CoverageRow]) -> str:
     """``; vision blocks: X of Y exact (N without a tower)``: of the VLMs whose image sample works
     and that have a vision tower of blocks (Y), those whose chain of vision blocks + text layers
@@ -260,6 +282,8 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
               *_modality_columns(), "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", overall_line(rows), ""]
+    if kernels_line(rows):
+        lines += [kernels_line(rows), ""]
     per_modality = modality_lines(rows)
     if per_modality:
         lines += ["Per modality:", "", *per_modality, ""]
@@ -313,7 +337,7 @@ def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | Non
     out.mkdir(parents=True, exist_ok=True)
     md_path, json_path = out / "coverage.md", out / "coverage.json"
     md_path.write_text(generated_header() + markdown(rows, elapsed), encoding="utf-8")
-    payload = {"summary": summary(rows), "overall": overall_line(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
+    payload = {"summary": summary(rows), "overall": overall_line(rows), "kernels": kernels_line(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
                                                                  **image_text_to_text(rows)},
                "elapsed_s": elapsed, **(meta or {}),
                "top_blockers": [{"blocker": key, "count": number, "examples": examples}

@@ -114,13 +114,38 @@ def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> It
     snapshot = StateSnapshot(model)
     if disable_cache:
         # Decorators read use_cache from the config; a DynamicCache must not reach the graph.
-        for config in snapshot.configs:
-            if "use_cache" in vars(config) or hasattr(type(config), "use_cache"):
-                config.use_cache = False
+        for config in _with_cache_flag(snapshot.configs):
+            config.use_cache = False
     try:
         yield snapshot
     finally:
         snapshot.restore()
+
+
+def _with_cache_flag(configs: Iterable[PretrainedConfig]) -> list[PretrainedConfig]:
+    return [config for config in configs if "use_cache" in vars(config) or hasattr(type(config), "use_cache")]
+
+
+@contextlib.contextmanager
+def cache_off(model: nn.Module) -> Iterator[None]:
+    """Every config of ``model`` says ``use_cache=False`` inside, as while tracing: the eager run a
+    graph is compared with (a sub-model reads the flag from its own config, not from the call's
+    ``use_cache``). Only that flag is put back on exit; what the run itself writes stays."""
+    configs = _with_cache_flag(_configs_of(model.modules()))
+    saved = [(config, vars(config).get("use_cache", _UNSET)) for config in configs]
+    for config in configs:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        for config, value in saved:
+            if value is _UNSET:
+                vars(config).pop("use_cache", None)
+            else:
+                config.use_cache = value
+
+
+_UNSET = object()
 
 
 @contextlib.contextmanager

@@ -198,7 +198,8 @@ class SequentialTracer(fx.Tracer):
         (the opaque call's result is then decided alike by every `is None` after it), everything
         the attempt recorded is taken back and the call stays one opaque node
         (``_NOT_TRACED_THROUGH``): the graph changes only where one node would hide a None."""
-        last = next(reversed(self.graph.nodes), None)
+        # iter(): torch before 2.13 gives reversed() an iterable, not an iterator
+        last = next(iter(reversed(self.graph.nodes)), None)
         saved = (dict(self.ranks_read), dict(self.traced_through), self.failed_module_path,
                  collections.OrderedDict(self.module_stack), dict(self.num_calls))
         self._cache_keys_added, outer_keys = [], self._cache_keys_added

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from .compare import EXACT, Tolerance, compare
+from ..trace.state import cache_off
+from .eager import eager_inputs
 
 if TYPE_CHECKING:
     from ..partition import Subgraph
@@ -35,7 +37,8 @@ class EquivalenceReport:
 
 
 def targets_called_eagerly(model: nn.Module, inputs: Mapping[str, Any], sequential_targets) -> tuple[list[str], Any]:
-    """Run the eager model, recording the targets it calls in order; return (names, output)."""
+    """Run the eager model as traced (cache off), recording the targets it calls in order; return
+    (names, output)."""
     from ..trace.matching import resolve_targets  # here: importing verify stays cheap (the sweep reads compare)
 
     targets = resolve_targets(model, sequential_targets)
@@ -45,8 +48,8 @@ def targets_called_eagerly(model: nn.Module, inputs: Mapping[str, Any], sequenti
         for name, module in targets.items()
     ]
     try:
-        with torch.no_grad():
-            output = model(**inputs)
+        with torch.no_grad(), cache_off(model):
+            output = model(**eager_inputs(model, inputs))
     finally:
         for handle in handles:
             handle.remove()

@@ -20,6 +20,7 @@ import torch
 import transformers
 
 from patcher import StateChangeError, load_traceable, run_subgraphs, trace_graph, trace_subgraphs
+from patcher.verify import run_eagerly
 
 LAYERS = r"re:bert\.encoder\.layer\.\d+$"
 
@@ -52,7 +53,7 @@ def test_a_switch_on_the_sample_is_traced_for_and_equals_eager_on_other_lengths(
     assert traceable.bert.attention_type == "block_sparse"  # tracing leaves the model as it was
     with torch.no_grad():
         for sample in (_sample(1), _sample(2, length=9), _sample(3, length=40)):
-            want = original(**sample).logits
+            want = run_eagerly(original, sample).logits
             torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], want, rtol=0, atol=0)
             torch.testing.assert_close(traced(traceable, **sample)["logits"], want, rtol=0, atol=0)
 
@@ -92,7 +93,7 @@ def test_model_put_in_that_state_before_tracing_matches_eager():
     traced = trace_graph(traceable, _sample(), LAYERS)
     sample = _sample(2, length=9)
     with torch.no_grad():
-        want = original(**sample).logits
+        want = run_eagerly(original, sample).logits
         torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], want, rtol=0, atol=0)
         torch.testing.assert_close(traced(traceable, **sample)["logits"], want, rtol=0, atol=0)
 

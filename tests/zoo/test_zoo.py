@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import zoo
 from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.models import build_model, load_config
-from patcher.verify import EXACT, assert_equivalent, tolerance
+from patcher.verify import EXACT, assert_equivalent, run_eagerly, tolerance
 from zoo._entries import ENTRIES, recipe
 
 def traceable_class(entry):
@@ -76,7 +76,7 @@ def check_equal(entry, multimodal, inputs, device="cpu", within=EXACT):
     subgraphs, graph = traced(entry, multimodal, device)
     sample = recipe(entry).build_sample(original.config, multimodal=multimodal, device=device, **inputs)
     with torch.no_grad():
-        expected = original(**sample).logits
+        expected = run_eagerly(original, sample).logits
         assert_equivalent(run_subgraphs(traceable, subgraphs, sample)["logits"], expected, within, "subgraph logits")
         assert_equivalent(graph.forward(traceable, **sample)["logits"], expected, within, "graph logits")
 
