@@ -12,6 +12,7 @@ from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
 from ..trace.tracer import trace_graph
+from ..trace.wrapped_state import settings_rolled_back_on_error
 
 
 @dataclass
@@ -276,6 +277,8 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     Values no later subgraph needs are dropped as soon as their last reader has run.
     ``subgraphs`` is the non-empty list :func:`trace_subgraphs` returned (else ``TypeError`` or
     ``ValueError``: no subgraph would run, and the result would be empty).
+    A run refused part-way (by any subgraph, or a check between two) leaves the settings of the
+    model as they were before the first subgraph ran.
     """
     subgraphs = subgraph_list(subgraphs, "run_subgraphs")
     record = subgraphs[0].record
@@ -285,14 +288,16 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     inputs = {name: value for name, value in inputs.items() if name not in record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}
-    for subgraph in subgraphs:
-        step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
-        missing = [name for name in subgraph.input_names if name not in step]
-        if missing:
-            subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names, step)
-        subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
-        outputs = subgraph._run(model, step)
-        for name in subgraph.consumed_names:
-            intermediates.pop(name, None)
-        intermediates.update(outputs)
+    with settings_rolled_back_on_error():  # one journal for the chain: a later refusal undoes an earlier switch
+        for subgraph in subgraphs:
+            step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+            missing = [name for name in subgraph.input_names if name not in step]
+            if missing:
+                subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names,
+                                                      step)
+            subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
+            outputs = subgraph._run(model, step)
+            for name in subgraph.consumed_names:
+                intermediates.pop(name, None)
+            intermediates.update(outputs)
     return outputs
