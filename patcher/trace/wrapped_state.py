@@ -311,7 +311,7 @@ def call_with_settings(function: Callable, root: nn.Module, settled: Settled, *a
 # branch decided on the sample, a leaf's output, the mode of the next subgraph's modules) may refuse
 # after a call the graph was traced for switched the model. Either way the batch is refused, but the
 # model kept the switch: traced on 32 tokens, BigBird refused a 5-token batch and stayed in full
-# attention, and the next run of the very sample it was traced on went through with no error, 6e-3
+# attention, and the next run of the very sample it was traced on went through with no error, 1e-3
 # off. So before moved code is handed a module, the settings of that module and of everything inside it
 # (BigBird's switch replaces the attention of every layer) are saved in the run's journal, and an
 # exception out of the run puts back every setting saved. A setting is what the guards compare: an
