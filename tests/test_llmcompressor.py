@@ -349,6 +349,43 @@ def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
     _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
 
 
+def _pipeline_loop(model, subgraphs, cache) -> None:
+    """The sequential pipeline's propagation: each subgraph on every batch, given what the cache's
+    ``iter`` (``fetch``: a value whose name is ``in`` the subgraph's ``input_names``) picks."""
+    for subgraph in subgraphs:
+        for index, inputs in enumerate(cache.iter(subgraph.input_names)):
+            outputs = subgraph.forward(model, **inputs)
+            cache.update(index, outputs)
+            cache.delete(index, subgraph.consumed_names)
+
+
+def test_llmcompressors_cache_hands_subgraph_0_every_input_of_a_batch():
+    """Without the batch check ``tracezoo_tracing()`` adds to the cache, llm-compressor's own
+    ``IntermediatesCache`` dropped a padded mask on a graph traced without one (``fetch`` hands a
+    subgraph what is ``in`` its ``input_names``), and the layers ran unmasked. Subgraph 0's
+    ``input_names`` holds every model-level name: it is handed the mask, and refuses it. The keys the
+    pipeline keeps for itself (``loss_mask``) are not handed on."""
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    from patcher import trace_subgraphs
+    from patcher.integrations.llmcompressor import PIPELINE_KEYS, to_pipeline_subgraphs
+    from patcher.verify import run_eagerly
+
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    first = {"input_ids": batches[0]["input_ids"]}
+    subgraphs = to_pipeline_subgraphs(trace_subgraphs(model, first, targets))
+    assert not any(key in subgraphs[0].input_names for key in PIPELINE_KEYS)
+    with torch.no_grad():
+        cache = IntermediatesCache.from_dataloader([{**first, "loss_mask": torch.ones_like(first["input_ids"])}])
+        _pipeline_loop(model, subgraphs, cache)
+        torch.testing.assert_close(cache.fetch(0, ["logits"])["logits"], run_eagerly(model, first).logits,
+                                   rtol=0, atol=0)
+        cache = IntermediatesCache.from_dataloader([first, batches[0]])
+        with pytest.raises(InputMismatchError, match=r"subgraph 0: input 'attention_mask' given, but the graph was "
+                                                     r"traced without it"):
+            _pipeline_loop(model, subgraphs, cache)
+
+
 def test_guide_example_runs(tmp_path, monkeypatch):
     """GUIDE.md's example of the integration, as written (the main environment's doc test skips it)."""
     from pathlib import Path
