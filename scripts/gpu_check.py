@@ -279,7 +279,7 @@ def junit_summary(path: Path) -> dict:
             counts["skipped"] += 1
             reason = (skipped.get("message") or "").strip()
             if reason == "collection skipped":  # a module skipped whole: the reason is in the text
-                reason = (skipped.text or reason).strip().rsplit("Skipped: ", 1)[-1].rstrip("\")'")
+                reason = (skipped.text or reason).strip().rsplit("Skipped: ", 1)[-1].removesuffix('")').removesuffix("')")
             reason = reason[:200]
             skips[reason] = skips.get(reason, 0) + 1
         else:
@@ -458,34 +458,38 @@ def plan_parts(args, installed: dict, out: Path) -> list[Part]:
     # parts that share the machine: a few threads each, not one per core each
     shared = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
     dry = ["--dry-run"] if args.dry_run else []
-    xdist = has_xdist(python, main_env)
-    workers = lambda n: ["-n", str(n)] if xdist and n > 1 else []  # noqa: E731
+    # pytest-xdist where the interpreter has it (the GPU machine does; a dev .venv may not)
+    xdist = {id(main_env): has_xdist(python, main_env), id(llmc_env): has_xdist(args.llmc_python, llmc_env)}
     parts_dir = out / "parts"
     parts_dir.mkdir(parents=True, exist_ok=True)
 
     def json_part(name, arguments, timeout, stage, env, extra=None):
         output = parts_dir / f"{name.replace(':', '-')}.json"
-        return Part(name, [python, str(PARTS_SCRIPT), *arguments, "--json", str(output), *dry], timeout, stage,
+        interpreter = args.llmc_python if env is llmc_env else python
+        return Part(name, [interpreter, str(PARTS_SCRIPT), *arguments, "--json", str(output), *dry], timeout, stage,
                     {**env, **(extra or {})}, "json", output)
 
-    def pytest_part(name, arguments, timeout, stage, env):
+    def pytest_part(name, arguments, timeout, stage, env, workers):
         output = parts_dir / f"{name}.xml"
+        parallel = ["-n", str(workers)] if xdist[id(env)] and workers > 1 else []
+        # -v: a run cut at its limit writes no JUnit XML; its log still says what finished
         return Part(name, [args.llmc_python if env is llmc_env else python, "-m", "pytest", "-v", "-p",
-                           "no:cacheprovider", "--timeout", "240", f"--junitxml={output}", *arguments],
+                           "no:cacheprovider", "--timeout", "120", f"--junitxml={output}", *parallel, *arguments],
                     timeout, stage, {**env, **shared}, "pytest", output)
 
     llmc_selection = ["-m", "not slow"] + (["-k", "guide_example"] if args.dry_run else [])
+    # stage 1: the suite's GPU tests, llm-compressor's and the half-precision sweep share the machine
+    # (tiny models: the cores matter more than the GPU); then the real-size runs, alone, for timings
     parts = [
         json_part("environment", ["environment"], 90, 1, main_env),
         json_part("environment-llmc", ["environment", "--require", "llmcompressor"], 90, 1, llmc_env),
-        pytest_part("gpu-tests", ["-m", "gpu", *workers(4), "tests"], 200, 2, main_env),
-        pytest_part("llmcompressor-tests", [*llmc_selection, *workers(2), "tests/test_llmcompressor.py"], 200, 2,
-                    llmc_env),
+        pytest_part("gpu-tests", ["-m", "gpu", "tests"], 200, 1, main_env, 4),
+        pytest_part("llmcompressor-tests", [*llmc_selection, "tests/test_llmcompressor.py"], 200, 1, llmc_env, 2),
         # it stops 20 s before its limit and names the architectures it did not finish
         json_part("half-precision", ["half_precision", "--workers", "1" if args.dry_run else "4", "--seconds", "{seconds}"],
-                  200, 2, main_env, shared),
+                  200, 1, main_env, shared),
     ]
-    parts += [json_part(f"real-size:{model}", ["real_size", "--model", model], 80, 3 + index, main_env)
+    parts += [json_part(f"real-size:{model}", ["real_size", "--model", model], 80, 2 + index, main_env)
               for index, model in enumerate(("llama", "llava", "gemma3"))]
     if args.parts:
         wanted = {name.strip() for name in args.parts.split(",")}
@@ -593,9 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="", help="comma-separated part names (default: all)")
     parser.add_argument("--python", default=sys.executable, help="the interpreter the parts run on")
     parser.add_argument("--llmc-python", default=None,
-                        help="the interpreter of the llm-compressor tests (default: --python)")
+                        help="the interpreter of the llm-compressor tests (default: --python with the carried "
+                             "llmc wheels, else .venv-llmc's where it exists: scripts/setup_llmcompressor.sh)")
     args = parser.parse_args(argv)
-    args.llmc_python = args.llmc_python or args.python
     if args.prepare:
         return prepare(args.python)
 
@@ -627,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         installed = {"groups": {group: {"folder": str(INSTALLED / group)} for group in GROUPS
                                 if (INSTALLED / f"{group}.installed").is_file()}}
+    local_llmc = REPO / ".venv-llmc" / "bin" / "python"
+    args.llmc_python = args.llmc_python or (
+        str(local_llmc) if "llmc" not in installed.get("groups", {}) and local_llmc.exists() else args.python)
     run_parts(plan_parts(args, installed, out), out, deadline, record)
     report["seconds"] = time.monotonic() - start
     write_report(out, report)
