@@ -107,10 +107,10 @@ def environment(args) -> None:
         found["gpu"] = f"not queried: {failure(exc)}"
     try:
         found["tracezoo entry points"] = [entry.value for entry in metadata.entry_points(group="tracezoo.models")]
-        from patcher.plugins import declared_collections
+        from patcher.plugins import declared_collections, load_collections
 
         found["model collections"] = declared_collections()
-        import zoo  # noqa: F401  (registers the zoo's sample builders)
+        load_collections()  # as patcher loads them: the zoo registers its sample builders on import
         from patcher.sample_builders import registered_builder
         from zoo._entries import ENTRIES, recipe
 

@@ -40,10 +40,10 @@ def _json_part(gpu_check, tmp_path, name, code, timeout=60, stage=1):
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie left for its reaper is dead too
+            return stat.read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie left for its reaper is dead too
-        return stat.read().split()[2] != "Z"
 
 
 def test_every_part_is_recorded_whatever_it_does(gpu_check, tmp_path, monkeypatch):
@@ -56,14 +56,14 @@ def test_every_part_is_recorded_whatever_it_does(gpu_check, tmp_path, monkeypatc
         _json_part(gpu_check, tmp_path, "passes", write.format(ok=True)),
         _json_part(gpu_check, tmp_path, "fails", write.format(ok=False)),
         _json_part(gpu_check, tmp_path, "crashes", "import os; os.abort()"),
-        _json_part(gpu_check, tmp_path, "hangs", hang, timeout=2),
+        _json_part(gpu_check, tmp_path, "hangs", hang, timeout=3),
         _json_part(gpu_check, tmp_path, "never-starts", write.format(ok=True), stage=2),
         gpu_check.Part("cannot-start", [str(tmp_path / "no-such-program")], 60, 1),
     ]
     monkeypatch.setattr(gpu_check, "MIN_PART_SECONDS", 5)
     recorded = []
-    # stage 1 lasts at least the hanging part's 2 s: stage 2 then has less than MIN_PART_SECONDS left
-    results = gpu_check.run_parts(parts, tmp_path, time.monotonic() + 6, recorded.append)
+    # stage 1 lasts at least the hanging part's 3 s: stage 2 then has less than MIN_PART_SECONDS left
+    results = gpu_check.run_parts(parts, tmp_path, time.monotonic() + 7.5, recorded.append)
     status = {result.name: result.status for result in results}
     assert status == {"passes": "passed", "fails": "failed", "crashes": "error", "hangs": "timeout",
                       "never-starts": "skipped", "cannot-start": "error"}
