@@ -20,6 +20,12 @@ pipeline inside ``tracezoo_tracing()`` on calibration batches of two image layou
   or it runs and calibrates on inputs that differ from eager).
 
 Batches that do not fit the graph are refused before any weight changes (``test_mismatched_*``).
+
+Device-clean: on a machine with an accelerator, ``oneshot`` leaves the model offloaded
+(compressed-tensors' ``OffloadCache``: stored where it was, every parameter handed out as a copy on
+the accelerator, every module's inputs moved there). So the eager reference runs on the device the
+model's parameters come out on, and a snapshot taken before ``oneshot`` is compared on the device of
+the value it is compared with (a copy between devices is exact).
 """
 
 from __future__ import annotations
@@ -216,6 +222,22 @@ def _tensors(args, kwargs) -> list:
     return [leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
 
 
+def _equal(value: torch.Tensor, snapshot: torch.Tensor) -> bool:
+    """Bit-equal, on ``value``'s device: a parameter of an offloaded model comes out on the
+    accelerator, its snapshot from before ``oneshot`` is where the model was then."""
+    return torch.equal(value, snapshot.to(value.device))
+
+
+def model_device(model) -> torch.device:
+    """Where the model computes: after ``oneshot`` on an accelerator, the onload device (the
+    parameters it hands out are there), else where the parameters are."""
+    return next(model.parameters()).device
+
+
+def _on(batch: dict, device: torch.device) -> dict:
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 @contextlib.contextmanager
 def undo_tracer_patches(model):
     """llm-compressor's ``HFTracer.patch_for_tracing`` (transformers_helpers.py) restores the torch
@@ -255,7 +277,7 @@ def test_oneshot_gptq_through_tracezoo(case, scheme, tmp_path):
     for name in linears:
         module = model.get_submodule(name)
         assert hasattr(module, "weight_scale"), f"{name} was not quantized"
-        assert not torch.equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
+        assert not _equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
 
     # what each target was calibrated on = eager on the quantized model (layers 0..i-1 quantized)
     # The pipeline calls each target on every batch to calibrate it, then again to propagate.
@@ -265,9 +287,11 @@ def test_oneshot_gptq_through_tracezoo(case, scheme, tmp_path):
     # use_cache=False as in the graph: some text models (Idefics3's) read it from a sub-config that
     # calibration_forward_context leaves on, and would hand their layers a cache they never read
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    # on the device the chain ran on, so every kernel is the one the chain's layers ran
+    device = model_device(model)
     with reference.recording(), calibration_forward_context(model), DisableQuantization(model):
         for batch in batches:
-            model(**batch, **no_cache)
+            model(**_on(batch, device), **no_cache)
     for name, seen in inputs.seen.items():
         calibrated = seen[:len(batches)]
         for index, (chain, eager) in enumerate(zip(calibrated, reference.seen[name], strict=True)):
@@ -302,7 +326,7 @@ def _same(calls: list, others: list) -> bool:
         for a, b in zip(call, other, strict=True):
             if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
                 return False
-            if isinstance(a, torch.Tensor) and (a.shape != b.shape or not torch.equal(a, b)):
+            if isinstance(a, torch.Tensor) and (a.shape != b.shape or not _equal(a, b)):
                 return False
     return True
 
@@ -312,7 +336,7 @@ def _unchanged(model, before) -> None:
     scale parameters at initialisation, before calibration: those are new, not changed)."""
     now = dict(model.named_parameters())
     for name, value in before.items():
-        assert torch.equal(now[name], value), f"{name} changed"
+        assert _equal(now[name], value), f"{name} changed"
 
 
 def _refused(model, batches, targets, tmp_path, error, names):
@@ -423,7 +447,7 @@ def test_smoothquant_then_gptq_equals_llmcompressors_own_run(case, tmp_path):
     assert norms
     run_oneshot(model, batches, targets, recipe(), tmp_path / "tracezoo")
     for name, before in norms.items():
-        assert not torch.equal(model.get_submodule(name).weight, before), f"{name}: SmoothQuant left it as it was"
+        assert not _equal(model.get_submodule(name).weight, before), f"{name}: SmoothQuant left it as it was"
     for name in linears:
         assert hasattr(model.get_submodule(name), "weight_scale"), f"{name} was not quantized"
     run_oneshot(original, batches, targets, recipe(), tmp_path / "llmc", tracezoo=False)
