@@ -26,7 +26,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    # the checkout first; what PYTHONPATH held (packages installed with pip --target) after it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     for command in COMMANDS:
         times = []
         for _ in range(args.repeat):

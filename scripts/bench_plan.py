@@ -52,7 +52,9 @@ def main() -> None:
 def cli_time(model_class: str, model_id: str, multimodal: bool) -> tuple[float, float]:
     command = [sys.executable, "-m", "patcher", "plan", model_class, model_id, "--algorithm", "gptq"]
     command += ["--multimodal"] if multimodal else []
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    # the checkout first; what PYTHONPATH held (packages installed with pip --target) after it
+    checkout = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [checkout, os.environ.get("PYTHONPATH")])))
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)

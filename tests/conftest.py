@@ -19,7 +19,9 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# The CUDA case carries the `gpu` mark, so `pytest -m gpu` (scripts/gpu_check) selects every test
+# that runs on the GPU: the `device`-parametrized ones and those marked by hand.
+DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.gpu)] if torch.cuda.is_available() else [])
 
 
 def pytest_generate_tests(metafunc):

@@ -419,6 +419,29 @@ def test_api_patch_source_too_deep_is_a_patch_error():
         patch_source(MODEL + "y = " + " + ".join(["x"] * 500) + "\n")
 
 
+def test_too_deep_reads_the_same_whether_cpython_or_the_patcher_finds_it(monkeypatch):
+    # CPython's parser gives up on 5000 nested subscripts on 3.11 and 3.12.1 and parses them on
+    # 3.12.3 and 3.13, where the patcher's own depth check answers instead: the rows above saw one
+    # message on one interpreter and the other elsewhere. Both checks, forced here on any Python:
+    import ast
+
+    from patcher.rewrite import patch_source
+    from patcher.rewrite.errors import PatchError
+
+    deep = MODEL + "y = x" + "[0]" * 300 + "\n"  # parsed by every CPython; deeper than the patcher takes
+    with pytest.raises(PatchError) as by_patcher:
+        patch_source(deep)
+
+    def parser_gives_up(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded during ast construction")
+
+    with monkeypatch.context() as patched, pytest.raises(PatchError) as by_cpython:
+        patched.setattr(ast, "parse", parser_gives_up)  # undone before pytest parses anything itself
+        patch_source(deep)
+    assert str(by_patcher.value) == str(by_cpython.value)
+    assert "<string>:14: too deeply nested" in str(by_patcher.value)
+
+
 def test_api_load_config_and_resolve_class_raise_user_errors(tmp_path):
     from patcher.models import UserInputError, load_config, resolve_model_class
 

@@ -10,11 +10,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from child_env import child_env
+
 PROBE = """
 import sys
 from patcher.cli import main
@@ -30,7 +30,7 @@ print("HEAVY", heavy, "STATUS", status)
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["trace", "--help"], ["repair", "--help"], []])
 def test_help_and_version_import_no_heavy_module(argv):
     run = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                         env=child_env(), timeout=120)
     assert "HEAVY [] STATUS" in run.stdout, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
 
@@ -40,7 +40,7 @@ def test_command_help_imports_neither_torch_nor_transformers(command):
     # `patch --help` once imported the tracer for its default ignore list, `graph`/`plan --help`
     # the renderer's and planner's torch code for two constants: seconds for a help text.
     run = subprocess.run([sys.executable, "-c", PROBE, command, "--help"], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                         env=child_env(), timeout=120)
     heavy = run.stdout.split("HEAVY ", 1)[-1].split(" STATUS")[0]
     assert "torch" not in heavy and "transformers" not in heavy, run.stdout + run.stderr
     assert "STATUS 0" in run.stdout and "Traceback" not in run.stderr
@@ -63,7 +63,7 @@ def test_a_misspelt_model_id_is_reported_before_torch_and_the_model_class_are_im
     # before the MODEL_ID was looked up.
     argv = [command, "LlamaForCausalLM", model_id] + (["-o", "never-written.svg"] if command == "graph" else [])
     run = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                         env=child_env(), timeout=120)
     assert "HEAVY [] STATUS 2" in run.stdout.replace("'libcst', ", ""), run.stdout + run.stderr
     assert "Traceback" not in run.stderr and model_id in run.stderr
 
@@ -88,7 +88,7 @@ def test_the_executable_skips_the_interpreter_teardown_but_not_the_output_or_the
     marker = tmp_path / "marker"
     # Block-buffered output, as a user's pipe has it, so a missing flush would lose the plan.
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = child_env()["PYTHONPATH"]
     run = subprocess.run([sys.executable, "-c", EXIT_PROBE, str(marker), "plan", "LlamaForCausalLM", str(config),
                           "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr

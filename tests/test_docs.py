@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from child_env import child_env
+
 REPO = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(?:<!-- doc-test: skip: (?P<skip>[^>]+?) -->\s*\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
 VOLATILE = re.compile(r"\(traced in [\d.]+ s\)|\d+\.\d+ s\b")
@@ -32,7 +34,7 @@ def blocks():
 
 
 def environment():
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    env = child_env(HF_HUB_OFFLINE="1")
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return env
 

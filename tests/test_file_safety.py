@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from child_env import child_env
+
 from patcher.rewrite.api import patch_file
 
-REPO = Path(__file__).resolve().parents[1]
 MODEL = (
     "import torch\nfrom torch import nn\n\n\nclass TinyModel(nn.Module):\n"
     "    def forward(self, x):\n        assert x.sum() > 0, 'empty'\n        return x\n"
@@ -35,8 +36,7 @@ PAIR = ("modeling_tiny.py", "modeling_tiny.manifest.json")
 
 
 def _env(**extra):
-    env = dict(os.environ, PYTHONPATH=str(REPO), **extra)
-    return env
+    return child_env(**extra)
 
 
 def _source(folder: Path, variant: int = 0) -> Path:

@@ -21,6 +21,12 @@ pipeline inside ``tracezoo_tracing()`` on calibration batches of two image layou
 
 Batches that do not fit the graph are refused before any weight changes (``test_mismatched_*``).
 
+Device-clean: on a machine with an accelerator, ``oneshot`` leaves the model offloaded
+(compressed-tensors' ``OffloadCache``: stored where it was, every parameter handed out as a copy on
+the accelerator, every module's inputs moved there). So the eager reference runs on the device the
+model's parameters come out on, and a snapshot taken before ``oneshot`` is compared on the device of
+the value it is compared with (a copy between devices is exact).
+
 MoE models (``test_moe_*``): for every architecture llm-compressor linearizes, ``load_traceable``'s
 class gets the same experts linearized the same way and the same expert Linears quantized as the
 plain class on llm-compressor's own path, bit-identically where both calibrate on eager's inputs;
@@ -248,6 +254,22 @@ def _leaves(value) -> list:
     return [value]
 
 
+def _equal(value: torch.Tensor, snapshot: torch.Tensor) -> bool:
+    """Bit-equal, on ``value``'s device: a parameter of an offloaded model comes out on the
+    accelerator, its snapshot from before ``oneshot`` is where the model was then."""
+    return torch.equal(value, snapshot.to(value.device))
+
+
+def model_device(model) -> torch.device:
+    """Where the model computes: after ``oneshot`` on an accelerator, the onload device (the
+    parameters it hands out are there), else where the parameters are."""
+    return next(model.parameters()).device
+
+
+def _on(batch: dict, device: torch.device) -> dict:
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+
+
 @contextlib.contextmanager
 def undo_tracer_patches(model):
     """llm-compressor's ``HFTracer.patch_for_tracing`` (transformers_helpers.py) restores the torch
@@ -281,9 +303,11 @@ def assert_calibrated_on_eager(model, targets, batches, inputs: TargetInputs, co
     # use_cache=False as in the graph: some text models (Idefics3's) read it from a sub-config that
     # calibration_forward_context leaves on, and would hand their layers a cache they never read
     no_cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    # on the device the chain ran on, so every kernel is the one the chain's layers ran
+    device = model_device(model)
     with reference.recording(), calibration_forward_context(model), DisableQuantization(model), context():
         for batch in batches:
-            model(**batch, **no_cache)
+            model(**_on(batch, device), **no_cache)
     for name, seen in inputs.seen.items():
         calibrated = seen[:len(batches)]
         for index, (chain, eager) in enumerate(zip(calibrated, reference.seen[name], strict=True)):
@@ -313,7 +337,7 @@ def test_oneshot_gptq_through_tracezoo(case, scheme, tmp_path):
     for name in linears:
         module = model.get_submodule(name)
         assert hasattr(module, "weight_scale"), f"{name} was not quantized"
-        assert not torch.equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
+        assert not _equal(module.weight, before[f"{name}.weight"]), f"{name}: GPTQ left the weight unchanged"
 
     assert_calibrated_on_eager(model, targets, batches, inputs)
 
@@ -340,7 +364,7 @@ def _same(calls: list, others: list) -> bool:
         for a, b in zip(call, other, strict=True):
             if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
                 return False
-            if isinstance(a, torch.Tensor) and (a.shape != b.shape or not torch.equal(a, b)):
+            if isinstance(a, torch.Tensor) and (a.shape != b.shape or not _equal(a, b)):
                 return False
     return True
 
@@ -353,8 +377,8 @@ def _first_difference(calls: list, eager_calls: list, tensors_only: bool = False
             return f"batch {index}: {len(call)} inputs, eager {len(eager)}"
         for position, (got, want) in enumerate(zip(call, eager)):
             if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and got.shape == want.shape:
-                if not torch.equal(got, want):
-                    off = (got.double() - want.double()).abs().max().item()
+                if not _equal(got, want):
+                    off = (got.double() - want.double().to(got.device)).abs().max().item()
                     return f"batch {index}, input {position} off by {off:.2g}"
             elif isinstance(got, torch.Tensor) or isinstance(want, torch.Tensor) or (got != want and not tensors_only):
                 return f"batch {index}, input {position}: {_kind(got)} where eager has {_kind(want)}"
@@ -370,7 +394,7 @@ def _unchanged(model, before) -> None:
     scale parameters at initialisation, before calibration: those are new, not changed)."""
     now = dict(model.named_parameters())
     for name, value in before.items():
-        assert torch.equal(now[name], value), f"{name} changed"
+        assert _equal(now[name], value), f"{name} changed"
 
 
 def _refused(model, batches, targets, tmp_path, error, names):
@@ -405,6 +429,43 @@ def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
     assert "pixel_attention_mask" in batches[0]
     other = {key: value for key, value in batches[1].items() if key != "pixel_attention_mask"}
     _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
+
+
+def _pipeline_loop(model, subgraphs, cache) -> None:
+    """The sequential pipeline's propagation: each subgraph on every batch, given what the cache's
+    ``iter`` (``fetch``: a value whose name is ``in`` the subgraph's ``input_names``) picks."""
+    for subgraph in subgraphs:
+        for index, inputs in enumerate(cache.iter(subgraph.input_names)):
+            outputs = subgraph.forward(model, **inputs)
+            cache.update(index, outputs)
+            cache.delete(index, subgraph.consumed_names)
+
+
+def test_llmcompressors_cache_hands_subgraph_0_every_input_of_a_batch():
+    """Without the batch check ``tracezoo_tracing()`` adds to the cache, llm-compressor's own
+    ``IntermediatesCache`` dropped a padded mask on a graph traced without one (``fetch`` hands a
+    subgraph what is ``in`` its ``input_names``), and the layers ran unmasked. Subgraph 0's
+    ``input_names`` holds every model-level name: it is handed the mask, and refuses it. The keys the
+    pipeline keeps for itself (``loss_mask``) are not handed on."""
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    from patcher import trace_subgraphs
+    from patcher.integrations.llmcompressor import PIPELINE_KEYS, to_pipeline_subgraphs
+    from patcher.verify import run_eagerly
+
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    first = {"input_ids": batches[0]["input_ids"]}
+    subgraphs = to_pipeline_subgraphs(trace_subgraphs(model, first, targets))
+    assert not any(key in subgraphs[0].input_names for key in PIPELINE_KEYS)
+    with torch.no_grad():
+        cache = IntermediatesCache.from_dataloader([{**first, "loss_mask": torch.ones_like(first["input_ids"])}])
+        _pipeline_loop(model, subgraphs, cache)
+        torch.testing.assert_close(cache.fetch(0, ["logits"])["logits"], run_eagerly(model, first).logits,
+                                   rtol=0, atol=0)
+        cache = IntermediatesCache.from_dataloader([first, batches[0]])
+        with pytest.raises(InputMismatchError, match=r"subgraph 0: input 'attention_mask' given, but the graph was "
+                                                     r"traced without it"):
+            _pipeline_loop(model, subgraphs, cache)
 
 
 def test_guide_example_runs(tmp_path, monkeypatch):
@@ -444,7 +505,7 @@ def test_smoothquant_then_gptq_equals_llmcompressors_own_run(case, tmp_path):
     assert norms
     run_oneshot(model, batches, targets, recipe(), tmp_path / "tracezoo")
     for name, before in norms.items():
-        assert not torch.equal(model.get_submodule(name).weight, before), f"{name}: SmoothQuant left it as it was"
+        assert not _equal(model.get_submodule(name).weight, before), f"{name}: SmoothQuant left it as it was"
     for name in linears:
         assert hasattr(model.get_submodule(name), "weight_scale"), f"{name} was not quantized"
     run_oneshot(original, batches, targets, recipe(), tmp_path / "llmc", tracezoo=False)
@@ -726,7 +787,7 @@ def test_moe_smoothing_mappings_found_by_class_name(kind, tmp_path, monkeypatch)
     run_oneshot(traceable, batches, targets, _smoothing_recipe(kind), tmp_path / "tracezoo")
     run_oneshot(plain, batches, targets, _smoothing_recipe(kind), tmp_path / "llmc", tracezoo=False)
     # the mapping found by the class name smoothed its norms (AWQ may find no scaling best for one)
-    changed = [name for name, before in norms.items() if not torch.equal(traceable.get_submodule(name).weight, before)]
+    changed = [name for name, before in norms.items() if not _equal(traceable.get_submodule(name).weight, before)]
     assert changed, f"{kind} smoothed none of {list(norms)}"
     assert _experts(_quantized(traceable)) == _experts(_quantized(plain)) != []
     weights = traceable.state_dict()

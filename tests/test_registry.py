@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ast
 import importlib
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from child_env import child_env
 
 from patcher.registry import rules as registry
 from patcher.registry.guide_table import REGEN_COMMAND, TABLE_END, TABLE_START, with_rule_table
@@ -162,7 +163,7 @@ print("HEAVY", sorted(m for m in ("torch", "torch.fx", "transformers") if m in s
 
 def test_patch_help_lists_every_rule_without_importing_torch():
     run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+                         env=child_env(), timeout=120)
     assert "HEAVY []" in run.stdout, run.stdout + run.stderr
     for code, spec in RULES.items():
         assert f"{code}  {spec.summary}" in run.stdout

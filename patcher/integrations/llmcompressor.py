@@ -22,6 +22,8 @@ Why the batches are checked: the pipeline hands each subgraph only the names in 
 would lose it without a word, and calibrate on the logits of another input. Here such a batch
 raises :class:`~patcher.InputMismatchError` (or :class:`~patcher.MissingInputError` for an input
 it lacks) naming the input, while the pipeline caches the batches: before any weight changes.
+Subgraph 0 is handed every input of each batch as well (its ``input_names`` is a
+:class:`~patcher.partition.BatchInputNames`), and refuses such an input itself.
 
 Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are internals of its
 ``llmcompressor.pipelines.sequential.pipeline`` module, checked on entry.
@@ -37,7 +39,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
-from ..partition import Subgraph, trace_subgraphs
+from ..partition import BatchInputNames, Subgraph, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
 from ..trace.record import TraceRecord
 
@@ -96,10 +98,19 @@ def _pipeline_subgraph_class():
 
 
 def to_pipeline_subgraphs(subgraphs: list[Subgraph]) -> list:
-    """tracezoo's subgraphs as llm-compressor's ``Subgraph`` objects, in order."""
+    """tracezoo's subgraphs as llm-compressor's ``Subgraph`` objects, in order.
+
+    The pipeline reads ``input_names`` only through ``IntermediatesCache.fetch``, which keeps a batch's
+    value when ``name in input_names``: subgraph 0 keeps its :class:`~patcher.partition.BatchInputNames`,
+    so it is handed every input of a batch (but the keys the pipeline keeps for itself) and refuses one
+    the graph was traced without, even where the batches were not checked as the cache took them."""
     cls = _pipeline_subgraph_class()
-    return [cls(graph=subgraph.graph, input_names=set(subgraph.input_names),
+    return [cls(graph=subgraph.graph, input_names=_pipeline_input_names(subgraph.input_names),
                 consumed_names=set(subgraph.consumed_names), tracezoo=subgraph) for subgraph in subgraphs]
+
+
+def _pipeline_input_names(names: list[str]):
+    return names.without(PIPELINE_KEYS) if isinstance(names, BatchInputNames) else set(names)
 
 
 def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:

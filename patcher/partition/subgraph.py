@@ -12,6 +12,39 @@ from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
 from ..trace.tracer import trace_graph
+from ..trace.wrapped_state import settings_rolled_back_on_error
+
+
+class BatchInputNames(list):
+    """Subgraph 0's ``input_names``: iterating it (and ``len``, indexing, ``==``) gives the inputs it
+    reads, like any subgraph's; ``name in`` it is also true for every other name a batch may hold at the
+    model level, that is, any name the chain does not hand from one subgraph to the next.
+
+    A loop that picks the values each subgraph gets by asking ``name in subgraph.input_names``
+    (llm-compressor's ``IntermediatesCache.fetch``, ``{k: v for k, v in batch.items() if k in
+    subgraph.input_names}``) therefore hands subgraph 0 every input of the batch, and subgraph 0 refuses
+    one the graph was traced without (:class:`~patcher.InputMismatchError`) or a constant of the trace
+    given another value; with a plain list, such an input never reached it and a padded mask was
+    dropped without a word. Iterating still gives only the inputs the graph reads, so a loop that
+    indexes the batch by them (``{name: batch[name] for name in subgraph.input_names}``) does not fail
+    on a batch without an optional input (a constant of the trace left out). Such a loop shows
+    subgraph 0 nothing it does not name, so it cannot be refused an input the graph was traced
+    without: hand everything, or pick by ``in`` (GUIDE.md, "Why tracing is required").
+    """
+
+    def __init__(self, names: Iterable[str] = (), excluded: Iterable[str] = ()):
+        super().__init__(names)
+        #: names that are no model input: the values one subgraph hands the next (a cache that holds them
+        #: for a batch need not move them to subgraph 0, which would not read them), and keys a tool keeps
+        #: for itself
+        self.excluded = frozenset(excluded)
+
+    def __contains__(self, name: object) -> bool:
+        return list.__contains__(self, name) or (isinstance(name, str) and name not in self.excluded)
+
+    def without(self, names: Iterable[str]) -> "BatchInputNames":
+        """These names, with ``names`` (keys a tool keeps in its batches for itself) not handed on."""
+        return BatchInputNames(self, self.excluded | frozenset(names))
 
 
 @dataclass
@@ -20,7 +53,9 @@ class Subgraph:
 
     ``input_names`` are read from the intermediates, ``output_names`` are written back (the
     model's output names for the last subgraph), and ``consumed_names`` are inputs that no later
-    subgraph needs, so a cache may drop them after this subgraph ran.
+    subgraph needs, so a cache may drop them after this subgraph ran. Subgraph 0's ``input_names`` is
+    a :class:`BatchInputNames`: ``in`` it is true for every model-level name, so that a loop picking
+    a batch's values by ``in`` shows subgraph 0 an input the graph was traced without.
 
     ``forward`` checks each run against the trace's ``record``: inputs may include any value the
     chain hands on, but a name the trace never took, a constant of the trace (None, Python
@@ -164,6 +199,8 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
                             model, traced, target_names)
         )
     handed = frozenset(name for subgraph in subgraphs for name in (*subgraph.input_names, *subgraph.output_names))
+    subgraphs[0].input_names = BatchInputNames(
+        subgraphs[0].input_names, (name for subgraph in subgraphs[:-1] for name in subgraph.output_names))
     traced_through = tuple(traced.record.children)
     for subgraph in subgraphs:
         subgraph.handed_names = handed
@@ -276,6 +313,8 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     Values no later subgraph needs are dropped as soon as their last reader has run.
     ``subgraphs`` is the non-empty list :func:`trace_subgraphs` returned (else ``TypeError`` or
     ``ValueError``: no subgraph would run, and the result would be empty).
+    A run refused part-way (by any subgraph, or a check between two) leaves the settings of the
+    model as they were before the first subgraph ran.
     """
     subgraphs = subgraph_list(subgraphs, "run_subgraphs")
     record = subgraphs[0].record
@@ -285,14 +324,16 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     inputs = {name: value for name, value in inputs.items() if name not in record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}
-    for subgraph in subgraphs:
-        step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
-        missing = [name for name in subgraph.input_names if name not in step]
-        if missing:
-            subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names, step)
-        subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
-        outputs = subgraph._run(model, step)
-        for name in subgraph.consumed_names:
-            intermediates.pop(name, None)
-        intermediates.update(outputs)
+    with settings_rolled_back_on_error():  # one journal for the chain: a later refusal undoes an earlier switch
+        for subgraph in subgraphs:
+            step = {name: intermediates[name] for name in subgraph.input_names if name in intermediates}
+            missing = [name for name in subgraph.input_names if name not in step]
+            if missing:
+                subgraph.record.check_subgraph_inputs(subgraph.index, subgraph.input_names, subgraph.handed_names,
+                                                      step)
+            subgraph.record.check_mode(model, subgraph.mode_names, f"subgraph {subgraph.index}")
+            outputs = subgraph._run(model, step)
+            for name in subgraph.consumed_names:
+                intermediates.pop(name, None)
+            intermediates.update(outputs)
     return outputs

@@ -150,6 +150,12 @@ MAX_LITERAL_ELEMENTS = 10000
 #: deeper ASTs are refused before libcst sees them: its native parser may overflow the C stack
 MAX_AST_DEPTH = 200
 
+#: One message for nesting too deep, whichever check finds it: CPython's own parser gives up at a
+#: depth that changes between releases (5000 levels fail on 3.11 and 3.12.1, parse on 3.12.3 and
+#: 3.13), so which check fires first depends on the interpreter, and the user must not see the
+#: difference.
+TOO_DEEP = f"too deeply nested for the patcher (more than {MAX_AST_DEPTH} levels); split the expression or function"
+
 
 def _precheck(body: str, *, path: str, offset: int) -> None:
     """Syntax errors with CPython's exact line, and nesting libcst could not survive."""
@@ -160,15 +166,13 @@ def _precheck(body: str, *, path: str, offset: int) -> None:
     except SyntaxError as exc:
         raise PatchError(f"syntax error: {exc.msg}", path=path, line=(exc.lineno or 1) + offset) from None
     except (RecursionError, MemoryError):
-        raise PatchError("too deeply nested for the patcher; split the expression or function", path=path,
-                         line=_busiest_line(body) + offset) from None
+        raise PatchError(TOO_DEEP, path=path, line=_busiest_line(body) + offset) from None
     stack = [(tree, 0, 1)]
     while stack:
         node, depth, line = stack.pop()
         line = getattr(node, "lineno", line)
         if depth > MAX_AST_DEPTH:
-            raise PatchError(f"nesting deeper than {MAX_AST_DEPTH} levels: too deep for the patcher; split the "
-                             "expression or function", path=path, line=line + offset)
+            raise PatchError(TOO_DEEP, path=path, line=line + offset)
         size = len(getattr(node, "elts", None) or getattr(node, "keys", None) or ()) if isinstance(
             node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) else 0
         if size > MAX_LITERAL_ELEMENTS:

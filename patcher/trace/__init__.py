@@ -1,5 +1,9 @@
 """Tracing: torch.fx over a transformers model with sequential targets as leaves."""
 
+from ..registry.versions import check_supported_versions
+
+check_supported_versions()  # below the floors, tracing fails or is silently wrong: say so before it starts
+
 from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
     BranchDecisionError,

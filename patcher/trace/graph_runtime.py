@@ -19,7 +19,7 @@ from torch import fx, nn
 from .hooks import check_run_time
 from .liveness import describe_node
 from .record import TraceRecord
-from .wrapped_state import guard_wrapped_functions
+from .wrapped_state import guard_wrapped_functions, settings_rolled_back_on_error
 
 #: The ``get_attr`` target of the generated code that stands for the model itself.
 ROOT_ATTRIBUTE = "_tracezoo_root"
@@ -151,9 +151,14 @@ def run_graph(forward, graph: fx.Graph, root: "GraphRoot", inputs: list[Any], wh
 
     Without the note, an error raised by an operation of the graph (``dropout(None)`` on a value
     that was a proxy while tracing) ends its traceback in torch, far from the model line it came from.
+
+    A run that raises leaves the settings of the model as they were before it
+    (:func:`~patcher.trace.wrapped_state.settings_rolled_back_on_error`): a refused batch must not
+    switch the model for the next one.
     """
     try:
-        return forward(root, *inputs)
+        with settings_rolled_back_on_error():
+            return forward(root, *inputs)
     except Exception as exc:
         node = failing_node(graph, exc)
         source = node.meta.get("tz_source") if node is not None else None

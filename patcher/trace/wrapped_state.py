@@ -9,6 +9,7 @@ on the old value: the graph runs the rest of the forward for the old setting and
 calls in the new one, a silent wrong result. The graph's code therefore calls these functions
 through a guard that compares the Python-scalar attributes and the children of every module
 argument before and after the call, and raises :class:`StateChangeError` naming the source line.
+A refused run leaves the model's settings as they were before it (see "rolling a refused run back").
 
 Tensors stored as attributes (a positions table moved to another device or grown) are data, not
 settings Python code branches on, so they are left out. Only the module arguments themselves are
@@ -17,9 +18,11 @@ compared, not their descendants: that keeps the guard cheap on models with many 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
-from typing import Any, Callable, MutableMapping
+from typing import Any, Callable, Iterable, Iterator, MutableMapping
 
 from torch import nn
 
@@ -48,6 +51,7 @@ def _guarded(function: Callable) -> Callable:
         modules = [value for value in (*args, *kwargs.values()) if isinstance(value, nn.Module)]
         if not modules:
             return function(*args, **kwargs)
+        save_settings(modules)  # the run's journal puts them back if the run is refused
         before = [_settings(module) for module in modules]
         result = function(*args, **kwargs)
         changes = [change for module, old in zip(modules, before) for change in _changes(module, old)]
@@ -59,7 +63,7 @@ def _guarded(function: Callable) -> Callable:
                 "the rest of the forward for the old setting and the modules it calls in the new one (a silent "
                 "wrong result). Put the model in that state before tracing (call the setter the code calls, "
                 "or run the model once on inputs of the shape you will run), or trace and run with inputs for "
-                "which the code does not run.",
+                "which the code does not run. The run's changes to the model's settings are undone.",
                 changes,
             )
             error.location = location  # the moved code's origin note, for reports that map lines back
@@ -276,6 +280,7 @@ def call_with_settings(function: Callable, root: nn.Module, settled: Settled, *a
     origin, location = _origin(function)
     expected = {(root.get_submodule(path), key): value for path, key, value in settled}
     modules = [value for value in (*args, *kwargs.values()) if isinstance(value, nn.Module)]
+    save_settings([*modules, *(module for module, _ in expected)])
     before = [_settings(module) for module in modules]
     result = function(*args, **kwargs)
     problems = [f"{type(module).__name__}.{key} is {_describe(vars(module).get(key, _UNSET))} where the graph "
@@ -292,9 +297,84 @@ def call_with_settings(function: Callable, root: nn.Module, settled: Settled, *a
             f"{' ...' if len(problems) > 5 else ''}. The graph was traced for the settings that code left on the "
             "sample's run (it switched the model), so running the rest of it for others would be a silent wrong "
             "result. Run the graph on inputs for which the model ends in the state it was traced in, or trace "
-            "with a sample like this run's input.",
+            "with a sample like this run's input. The run's changes to the model's settings are undone.",
             problems,
         )
         error.location = location
         raise error
     return result
+
+
+# -- rolling a refused run back ---------------------------------------------------------------------
+#
+# The guards above refuse a change after the moved code made it, and a later check of the same run (a
+# branch decided on the sample, a leaf's output, the mode of the next subgraph's modules) may refuse
+# after a call the graph was traced for switched the model. Either way the batch is refused, but the
+# model kept the switch: traced on 32 tokens, BigBird refused a 5-token batch and stayed in full
+# attention, and the next run of the very sample it was traced on went through with no error, 1e-3
+# off. So before moved code is handed a module, the settings of that module and of everything inside it
+# (BigBird's switch replaces the attention of every layer) are saved in the run's journal, and an
+# exception out of the run puts back every setting saved. A setting is what the guards compare: an
+# attribute holding a Python scalar or None (one that held or now holds one), and the children.
+# Tensors that moved code stores are data the next run recomputes, and stay.
+
+#: the journal of the run in progress (None outside a run)
+_JOURNAL: contextvars.ContextVar["SettingsJournal | None"] = contextvars.ContextVar("tracezoo_settings_journal",
+                                                                                 default=None)
+
+
+class SettingsJournal:
+    """The settings modules had when the run first handed them (or a module holding them) to moved code."""
+
+    def __init__(self):
+        self._saved: dict[int, tuple[nn.Module, dict[str, Any], dict[str, nn.Module | None]]] = {}
+
+    def save(self, modules: Iterable[nn.Module]) -> None:
+        for outer in modules:
+            if id(outer) in self._saved:
+                continue  # saved with everything inside it then; a module made since is dropped on restore
+            for module in outer.modules():
+                if id(module) not in self._saved:  # the first state of the run is the one to go back to
+                    self._saved[id(module)] = (module, {key: value for key, value in vars(module).items()
+                                                        if key not in _MODULE_SLOTS}, dict(module._modules))
+
+    def restore(self) -> None:
+        for module, attributes, children in self._saved.values():
+            if list(module._modules.items()) != list(children.items()):
+                module._modules.clear()
+                module._modules.update(children)
+            now = vars(module)
+            for key in [key for key, value in now.items()
+                        if key not in _MODULE_SLOTS and key not in attributes and is_trace_constant(value)]:
+                del now[key]
+            for key, old in attributes.items():
+                new = now.get(key, _UNSET)
+                if new is not old and (new is _UNSET or is_trace_constant(old) or is_trace_constant(new)):
+                    now[key] = old
+
+
+@contextlib.contextmanager
+def settings_rolled_back_on_error() -> Iterator[None]:
+    """A run: if the block raises, the settings moved code changed in it are put back. Nested blocks
+    share the outermost block's journal, so a chain refused in its last subgraph also puts back what its
+    first one switched."""
+    if _JOURNAL.get() is not None:
+        yield
+        return
+    journal = SettingsJournal()
+    token = _JOURNAL.set(journal)
+    try:
+        yield
+    except BaseException:
+        journal.restore()
+        raise
+    finally:
+        _JOURNAL.reset(token)
+
+
+def save_settings(modules: Iterable[nn.Module]) -> None:
+    """Save the settings of ``modules`` and everything inside them in the run's journal, before moved
+    code that is handed them runs."""
+    journal = _JOURNAL.get()
+    if journal is not None:
+        journal.save(modules)

@@ -7,6 +7,8 @@ model, the image-token merge then checked a meta tensor (``Tensor.item() cannot 
 meta tensors``); a graph traced on CPU and run on a GPU moved the embeddings back to the CPU.
 """
 
+import copy
+
 import pytest
 import torch
 import transformers
@@ -18,6 +20,7 @@ from patcher.coverage.sweep_samples import coverage_multimodal_sample
 from patcher.models import build_model
 from patcher.trace.graph_runtime import module_device
 from patcher.traceable import load_traceable
+from patcher.verify import run_eagerly
 
 TARGETS = ["LlamaDecoderLayer"]
 
@@ -48,9 +51,10 @@ def test_no_meta_device_is_baked_into_a_graph_traced_on_meta(idefics3):
 
 def test_an_idefics3_graph_traced_on_meta_runs_on_the_real_model(idefics3, device):
     original, traceable, sample, subgraphs = idefics3
-    original, traceable = original.to(device), traceable.to(device)
+    # copies: `Module.to` moves in place, and the fixture is shared by the other device's case
+    original, traceable = copy.deepcopy(original).to(device), copy.deepcopy(traceable).to(device)
     sample = {key: value.to(device) for key, value in sample.items()}
     with torch.no_grad():
-        expected = original(**sample, use_cache=False).logits
+        expected = run_eagerly(original, sample).logits
         # the same kernels on the same weights: exact
         torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"], expected, rtol=0, atol=0)

@@ -122,15 +122,15 @@ def test_load_traceable_on_a_script_patches_once(tmp_path):
     # Used to run the script's top level again on import of the generated module, which called
     # load_traceable on the generated class, ... 17 nested cache files, then OSError: File name too long.
     import json
-    import os
     import subprocess
     import sys
-    from pathlib import Path
+
+    from child_env import child_env
 
     script = tmp_path / "my_script_with_a_rather_long_name_for_a_model_definition_file.py"
     script.write_text(SCRIPT)
     cache = tmp_path / "cache"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = child_env()
     run = subprocess.run([sys.executable, str(script), str(cache)], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

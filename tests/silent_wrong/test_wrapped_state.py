@@ -11,6 +11,10 @@ source line and the attribute.
 A sample that switches the model (any input shorter than the sparse blocks need) was then refused
 itself. The tracer now sees the switch on one eager run and traces the rest for the setting it leaves;
 the graph makes the switch when it runs and refuses a run that ends in another setting.
+
+A refused batch then left the model switched (its attention type, and every layer's attention module
+replaced): the next run of the very sample the graph was traced on went through with no error, 1e-3
+off. A refused run now puts the model's settings back as they were before it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import pytest
 import torch
 import transformers
 
-from patcher import StateChangeError, load_traceable, run_subgraphs, trace_graph, trace_subgraphs
+from patcher import (StateChangeError, TrainingModeError, load_traceable, run_subgraphs, trace_graph,
+                     trace_subgraphs)
 from patcher.verify import run_eagerly
 
 LAYERS = r"re:bert\.encoder\.layer\.\d+$"
@@ -83,6 +88,66 @@ def test_settings_changed_by_moved_code_while_the_graph_runs_are_refused():
     traced = trace_graph(traceable, _sample(length=32), LAYERS)
     with pytest.raises(StateChangeError, match="attention_type"):
         traced(traceable, **_sample(1))
+
+
+def _settings_of(model):
+    """What BigBird's switch changes: the model's attention type, and each layer's with its attention module."""
+    return model.bert.attention_type, [(layer.attention.attention_type, layer.attention.self)
+                                       for layer in model.bert.encoder.layer]
+
+
+def _guide_loop(model, subgraphs, inputs):
+    intermediates = dict(inputs)
+    for subgraph in subgraphs:
+        intermediates.update(subgraph.forward(model, **intermediates))
+    return intermediates
+
+
+#: each way to run the chain or the graph, on the subgraphs or the whole graph traced on ``sample``
+RUNS = {
+    "run_subgraphs": (trace_subgraphs, lambda model, subgraphs, inputs: run_subgraphs(model, subgraphs, inputs)),
+    "Subgraph.forward": (trace_subgraphs, _guide_loop),
+    "TracedGraph.forward": (trace_graph, lambda model, traced, inputs: traced(model, **inputs)),
+}
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_refused_batch_leaves_the_model_as_it_was(run):
+    # Traced on 32 tokens (block-sparse attention), a 5-token batch switches the model to full attention
+    # before the guard refuses it. Left switched, the next run of the traced sample itself raised nothing
+    # and was 1e-3 off.
+    trace, run_it = RUNS[run]
+    original, traceable = _models()
+    sample = _sample(length=32)
+    traced = trace(traceable, sample, LAYERS)
+    before = _settings_of(traceable)
+    with torch.no_grad():
+        first = run_it(traceable, traced, sample)["logits"]
+        with pytest.raises(StateChangeError, match="attention_type: 'block_sparse' -> 'original_full'"):
+            run_it(traceable, traced, _sample(1, length=5))
+        assert _settings_of(traceable) == before
+        again = run_it(traceable, traced, sample)["logits"]
+        torch.testing.assert_close(again, first, rtol=0, atol=0)
+        torch.testing.assert_close(again, run_eagerly(original, sample).logits, rtol=0, atol=0)
+
+
+def test_a_chain_refused_after_the_switch_it_was_traced_for_puts_the_switch_back():
+    # Traced on 7 tokens, subgraph 0 switches a fresh model to full attention, as eager does; a check
+    # before subgraph 1 then refuses the run (layer 1 in train mode). The model must not stay switched.
+    original, traceable = _models()
+    subgraphs = trace_subgraphs(traceable, _sample(), LAYERS)
+    traceable.bert.encoder.layer[1].train()
+    before = _settings_of(traceable)
+    with torch.no_grad(), pytest.raises(TrainingModeError, match=r"subgraph 1: .*'bert\.encoder\.layer\.1'"):
+        run_subgraphs(traceable, subgraphs, _sample(1, length=5))
+    assert _settings_of(traceable) == before
+    traceable.bert.encoder.layer[1].eval()
+    sample = _sample(2, length=9)
+    with torch.no_grad():
+        torch.testing.assert_close(run_subgraphs(traceable, subgraphs, sample)["logits"],
+                                   run_eagerly(original, sample).logits, rtol=0, atol=0)
+    # a run that goes through keeps the switch, as eager keeps it
+    assert traceable.bert.attention_type == original.bert.attention_type == "original_full"
 
 
 def test_model_put_in_that_state_before_tracing_matches_eager():
