@@ -141,12 +141,17 @@ class _TraceableAutoClass:
         return getattr(self._auto, name)
 
 
-def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict) -> None:
+def _auto_class_names(namespace: Mapping[str, Any]) -> list[str]:
+    """The names in ``namespace`` bound to transformers' Auto model classes (``AutoModel``, ...)."""
     from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
-    for name, value in list(vars(module).items()):
-        if isinstance(value, type) and issubclass(value, _BaseAutoModelClass):
-            setattr(module, name, _TraceableAutoClass(value, module, source_module, options))
+    return [name for name, value in namespace.items()
+            if isinstance(value, type) and issubclass(value, _BaseAutoModelClass)]
+
+
+def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict) -> None:
+    for name in _auto_class_names(vars(module)):
+        setattr(module, name, _TraceableAutoClass(getattr(module, name), module, source_module, options))
 
 
 def _source_of(cls: type) -> tuple[str, str, str]:
@@ -211,8 +216,12 @@ def load_traceable(
             f"cannot make {cls.__qualname__} traceable: it is not defined at the top level of {cls.__module__}, so "
             "the patched module would not define it. Move the class to the module's top level.")
     source, module_name, path = _source_of(cls)
+    # Classes the rewrite leaves alone stay the source module's own (llm-compressor finds Llama 4's
+    # experts by class identity), except the one returned, which carries the patch result and is
+    # the generated module's, and those reading an Auto class, which is redirected after import.
     result = patch_source(source, module_name=module_name, source_path=path, targets=targets, ignore=ignore,
-                          locations=locations)
+                          locations=locations, original_classes=True,
+                          treat_as_changed=[cls.__name__, *_auto_class_names(vars(sys.modules[module_name]))])
     directory = Path(cache_dir) if cache_dir is not None else None
     user_module = None if _library_module(module_name) else sys.modules[module_name]
     module = import_generated(result.code, Path(path).stem, directory, user_module=user_module)
@@ -264,6 +273,10 @@ class RepairResult:
         return "\n".join(lines)
 
 
+def _same_file(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Path(a).resolve() == Path(b).resolve()
+
+
 def _innermost_frame_in(exc: BaseException, filename: str) -> int | None:
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == filename]
     return frames[-1].lineno if frames else None
@@ -308,11 +321,17 @@ def repair(
             if construct.filename == generated_file:
                 line_in_generated = construct.lineno
                 action = f"rewrite with {construct.symptom.rule}"
+                original = original_line(source, generated, line_in_generated)
+            elif _same_file(construct.filename, source_path):
+                # In a class the rewrite had left alone, which the generated module imports from
+                # the source: its lines are the source's own.
+                line_in_generated = original = construct.lineno
+                action = f"rewrite with {construct.symptom.rule}"
             else:
                 # The construct is in another file; wrap the statement of ours that leads there.
                 line_in_generated = _innermost_frame_in(original_exc, generated_file)
                 action = f"wrap the call at this file's line that reaches {construct.location}"
-            original = original_line(source, generated, line_in_generated) if line_in_generated else None
+                original = original_line(source, generated, line_in_generated) if line_in_generated else None
             if original is None or original in tried or not construct.symptom.rule:
                 reason = ("already rewritten, still untraceable" if original in tried else
                           "inside code the patcher generated" if line_in_generated and original is None else

@@ -46,6 +46,54 @@ def test_repair_rewrites_what_only_tracing_finds(tmp_path):
                                            original(hidden)["hidden"], rtol=0, atol=0)
 
 
+def test_repair_rewrites_a_class_the_generated_module_imports(tmp_path):
+    """``Stack`` looks traceable to the static rules, so the generated module imports it from the
+    source (``rewrite/originals.py``), and tracing through it fails in the *source* file: repair
+    rewrites that line of ``Stack``, which then is a copy."""
+    source = tmp_path / "stacked_modeling.py"
+    source.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "from tests_fixture_toy import ToyLayer, ToyModel\n"
+        "\n\n"
+        "class Stack(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        self.layers = nn.ModuleList([ToyLayer(config.width) for _ in range(config.num_layers)])\n"
+        "        self.register_buffer('threshold', torch.tensor(0.0))\n"
+        "\n"
+        "    def forward(self, hidden):\n"
+        "        if self.threshold > 0:\n"
+        "            hidden = hidden * 2\n"
+        "        for layer in self.layers:\n"
+        "            hidden = layer(hidden)\n"
+        "        return hidden\n"
+        "\n\n"
+        "class StackedModel(ToyModel):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__(config)\n"
+        "        self.stack = Stack(config)\n"
+        "\n"
+        "    def forward(self, hidden):\n"
+        "        return {'hidden': self.stack(hidden)}\n"
+    )
+    sys.modules["tests_fixture_toy"] = toy_modeling
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import stacked_modeling
+
+        plain = load_traceable(stacked_modeling.StackedModel, targets=["ToyLayer"], cache_dir=tmp_path / "cache")
+        assert sys.modules[plain.__module__].Stack is stacked_modeling.Stack
+        result = repair(stacked_modeling.StackedModel, toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)},
+                        ["ToyLayer"], ignore=[], cache_dir=tmp_path / "cache")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("stacked_modeling", None)
+    assert result.traced, result.report()
+    assert result.locations == [Location(13, wanted="TZ101")]  # `if self.threshold > 0:` in Stack.forward
+    assert sys.modules[result.model_class.__module__].Stack is not stacked_modeling.Stack
+
+
 def test_load_traceable_keeps_names_and_loads_the_same_checkpoint(tmp_path):
     config = toy_modeling.ToyConfig()
     traceable = load_traceable(toy_modeling.ToyModel, cache_dir=tmp_path)

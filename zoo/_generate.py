@@ -50,7 +50,8 @@ def generate(entry: str) -> GeneratedEntry:
     source = Path(path).read_text(encoding="utf-8")
     provenance = [("recipe", recipe_file(entry)), ("regenerate with", regenerate_command(entry))]
     result = patch_source(source, module_name=spec.source_module, source_path=path,
-                          targets=spec.patch_targets, ignore=spec.patch_ignore, provenance=provenance)
+                          targets=spec.patch_targets, ignore=spec.patch_ignore, provenance=provenance,
+                          original_classes=True)
     files = {path.name: text for path, text in generated_files(result, Path(f"{spec.source_stem}.py")).items()}
     files["README.md"] = render_readme(entry, spec, result.manifest)
     # ``[tool.setuptools.packages.find]`` ships folders with an ``__init__.py`` only; generated so
@@ -110,5 +111,10 @@ def render_readme(entry: str, spec, manifest: dict) -> str:
             "Left as they were (the patcher refused or could not handle them):" if blockers else "No blockers left.",
             *blockers,
             "",
+            *([f"Imported from `{manifest['source_module']}`, not copied: the rewrite leaves these classes and "
+               "everything they read alone, so they stay transformers' own classes (registries keyed on the class "
+               "object find them; `patcher/rewrite/originals.py`): "
+               + ", ".join(f"`{name}`" for name in manifest["original_classes"]) + ".", ""]
+              if manifest["original_classes"] else []),
         ]
     )

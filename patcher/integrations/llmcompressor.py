@@ -215,14 +215,62 @@ def _on_device(sample: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
             for name, value in sample.items()}
 
 
+#: llm-compressor's lookup keyed on a class object that a rewritten copy of the class must pass too:
+#: the linearized experts module registered for a fused experts class (``modeling/moe/llama4.py``,
+#: ``gpt_oss.py``: ``LinearExperts2D._registry[GptOssExperts] = GptOssLinearExperts``). Read by
+#: ``get_non_linearized_moes`` (which experts ``oneshot`` linearizes) and ``linearize_moe`` (into
+#: what). Every other lookup of llm-compressor 0.14.0.1 and compressed-tensors 0.19.0 that a
+#: tracezoo class meets keys on the class *name*, which tracezoo keeps (GUIDE.md, "Using tracezoo
+#: in llm-compressor", MoE models).
+EXPERTS_REGISTRY = ("llmcompressor.modeling.moe.linear_experts", "LinearExperts2D", "get_registration")
+
+
+@contextlib.contextmanager
+def _registries_find_copies() -> Iterator[None]:
+    """Inside the block, the experts registry finds a rewritten copy of a registered class.
+
+    A class the rewrite leaves alone is the original already (``rewrite.originals``); one it
+    rewrites is a copy (GPT-OSS's experts: their loop over the routed experts is rewritten), and
+    missing the registry was silent: ``linearize_moe`` fell back to the generic linearization,
+    which splits GPT-OSS's interleaved gate/up columns into halves, so each "gate_proj" held
+    gate and up rows mixed (the same function, other Linears to quantize and save). A lookup
+    that misses is asked again with the class the copy was made from."""
+    from ..rewrite.originals import source_class
+
+    module_name, class_name, method = EXPERTS_REGISTRY
+    owner = getattr(importlib.import_module(module_name), class_name, None)
+    saved = getattr(owner, "__dict__", {}).get(method)
+    if not isinstance(saved, classmethod):
+        raise IntegrationError(
+            f"{module_name}.{class_name}.{method} is not the classmethod tracezoo_tracing extends: this "
+            f"llm-compressor release registers MoE experts differently from the one it was written for "
+            f"(llmcompressor=={TESTED_VERSION}), so tracezoo's rewritten experts classes may not be linearized")
+    lookup = saved.__func__
+
+    def get_registration(cls, key, default=None):
+        found = lookup(cls, key, None)
+        original = source_class(key) if found is None and isinstance(key, type) else None
+        if original is not None:
+            found = lookup(cls, original, None)
+        return default if found is None else found
+
+    setattr(owner, method, classmethod(get_registration))
+    try:
+        yield
+    finally:
+        setattr(owner, method, saved)
+
+
 @contextlib.contextmanager
 def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     """Make ``oneshot``'s sequential pipeline trace with tracezoo, inside the ``with`` block.
 
     ``unused_inputs`` names calibration inputs the eager model does not read either (see
     :func:`patcher.trace_subgraphs`); any other input that would not reach the graph's output is
-    an error, never a silent drop. Raises :class:`IntegrationError` when llm-compressor is missing
-    or lacks what this replaces. Not re-entrant across threads: it patches the pipeline module.
+    an error, never a silent drop. Inside the block, llm-compressor's registry of MoE experts
+    finds tracezoo's rewritten copies of the classes it registers (:data:`EXPERTS_REGISTRY`).
+    Raises :class:`IntegrationError` when llm-compressor is missing or lacks what this replaces.
+    Not re-entrant across threads: it patches the pipeline module and the registry.
     """
     module = _pipeline_module()
     session = _Session(module, unused_inputs)
@@ -230,7 +278,8 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     module.trace_subgraphs = session.trace_subgraphs
     module.IntermediatesCache = session.cache_class()
     try:
-        yield session
+        with _registries_find_copies():
+            yield session
     finally:
         for name, value in saved.items():
             setattr(module, name, value)

@@ -24,6 +24,7 @@ from . import file_header as hdr
 from .engine import Blocker, Rewrite, run_rules
 from .errors import PatchError
 from .imports import AbsoluteImports
+from .originals import import_originals, unchanged_classes
 
 _MODEL_BASES = ("Module", "PreTrainedModel", "GradientCheckpointingLayer", "GenerationMixin")
 
@@ -87,6 +88,8 @@ def patch_source(
     ignore: Sequence[str] = (),
     locations: Sequence[Location | tuple] = (),
     provenance: Sequence[tuple[str, str]] = (),
+    original_classes: bool = False,
+    treat_as_changed: Sequence[str] = (),
 ) -> PatchResult:
     """Rewrite `source` (a modeling file's text) so that torch.fx can trace it.
 
@@ -101,7 +104,15 @@ def patch_source(
     static detection sees nothing; a string instead of a line number names a function or method
     to wrap whole. `provenance`: ``(field, value)`` header lines naming what generated the
     file and how to regenerate it (``("recipe", ...)``, ``("regenerate with", ...)``); re-patching
-    a patched file keeps its own. Works on any Python source (no model-class check; see `patch_file`).
+    a patched file keeps its own. `original_classes`: a class the rewrite leaves alone (and that reads
+    nothing it changed) is imported from `module_name` instead of defined again, so that the generated
+    module's classes are the source module's own wherever they can be (registries keyed on the class
+    object find them; :mod:`patcher.rewrite.originals` says when that is safe); needs `module_name`,
+    and does nothing to a file that is already generated (its classes are copies, not the source
+    module's). `treat_as_changed`: top-level names that keep every class reading them a copy (a
+    name the caller rebinds after import, a class it hands out). The manifest's
+    ``original_classes`` lists the classes imported. Works on any Python source (no model-class
+    check; see `patch_file`).
 
     >>> r = patch_source("import torch\\ndef f(x: torch.Tensor):\\n    assert x.sum() > 0, 'empty'\\n    return x\\n")
     >>> [(w.code, w.function) for w in r.rewrites]
@@ -124,7 +135,8 @@ def patch_source(
     _precheck(body, path=source_path or shown_file, offset=offset)
     try:
         return _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
-                             source_path, provenance)
+                             source_path, provenance,
+                             original_classes and module_name is not None and not fields, tuple(treat_as_changed))
     except RecursionError:
         line = _busiest_line(body) + offset
         raise PatchError("expression too long or too deeply nested for the patcher (Python recursion limit); "
@@ -191,7 +203,7 @@ def _busiest_line(body: str) -> int:
 
 
 def _patch_parsed(source, body, offset, module_name, shown_file, filename, targets, ignore, locations,
-                  source_path, provenance) -> PatchResult:
+                  source_path, provenance, original_classes: bool, treat_as_changed: tuple[str, ...]) -> PatchResult:
     try:
         module = cst.parse_module(body)
     except cst.ParserSyntaxError as exc:
@@ -206,6 +218,10 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
     new_module, state = run_rules(module, filename=filename, targets=targets, ignore=ignore, locations=shifted)
     if state.containers_changed:
         new_module = _settle(body, new_module, state, filename=filename, targets=targets, ignore=ignore)
+    kept_originals: list[str] = []
+    if original_classes:
+        kept_originals = unchanged_classes(module.code, new_module.code, treat_as_changed)
+        new_module = import_originals(new_module, kept_originals, module_name)
     out_body = hdr.mark_upstream_notes(new_module.code, file=filename)
     for b in state.blockers:
         b.line += offset
@@ -231,6 +247,7 @@ def _patch_parsed(source, body, offset, module_name, shown_file, filename, targe
         "rule_descriptions": {code: RULES[code].summary for code in sorted(
             set(rules) | {b.code for b in state.blockers if b.code in RULES}) if code in RULES},
         "imports_made_absolute": imports.changed,
+        "original_classes": kept_originals,
         "rewrites": [r.as_dict() for r in state.rewrites],
         "blockers": [b.as_dict() for b in state.blockers],
     }
@@ -333,6 +350,7 @@ def patch_file(
     check: bool = False,
     locations: Sequence[Location | tuple] = (),
     provenance: Sequence[tuple[str, str]] = (),
+    original_classes: bool = True,
 ) -> PatchResult:
     """Patch a modeling file and write ``<output_dir>/<stem>.py`` and ``<stem>.manifest.json``.
 
@@ -343,7 +361,9 @@ def patch_file(
     ``result.output_path`` says where it would go, and ``result.manifest["up_to_date"]`` whether
     both files there already equal what would be written (``result.stale``: those that do not).
     `provenance`: header lines naming what made the file (see `patch_source`); without it, an
-    existing generated output keeps its own. Raises `PatchError` (nothing written) for a
+    existing generated output keeps its own. `original_classes` (on by default: the written file is a
+    module to use): classes the rewrite leaves alone are imported from the source module (see
+    `patch_source`). Raises `PatchError` (nothing written) for a
     missing file, a syntax error, a module without nn.Module/PreTrainedModel classes, or an
     output that is not ours (or no longer is: edited by hand).
 
@@ -354,7 +374,7 @@ def patch_file(
     path, module_name = _locate(module_or_path)
     source = read_source(path)
     result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
-                          ignore=ignore, locations=locations, provenance=provenance)
+                          ignore=ignore, locations=locations, provenance=provenance, original_classes=original_classes)
     _, body = hdr.split_header(source)
     if not _has_model_classes(cst.parse_module(body)):
         raise PatchError("no model classes (no nn.Module / PreTrainedModel subclasses) in this module",
@@ -374,7 +394,8 @@ def patch_file(
         provenance = [(name, fields[name]) for name in hdr.PROVENANCE_FIELDS if name in fields]
         if provenance:
             result = patch_source(source, module_name=module_name, source_path=str(path), targets=targets,
-                                  ignore=ignore, locations=locations, provenance=provenance)
+                                  ignore=ignore, locations=locations, provenance=provenance,
+                                  original_classes=original_classes)
             result.output_path = out
     manifest_text = _read_existing(manifest_path)
     generated = generated_files(result, out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 
 from patcher.rewrite.file_header import split_header
@@ -19,10 +20,16 @@ def changed_original_lines(original: str, patched: str) -> set[int]:
 
 
 def unexplained_changes(original: str, result) -> set[int]:
-    """Changed lines that are neither inside a recorded rewrite nor a relative import."""
+    """Changed lines that are neither inside a recorded rewrite, nor a relative import, nor a class
+    the manifest says is imported from the source instead of copied (``original_classes``)."""
     allowed: set[int] = set()
     for r in result.rewrites:
         allowed.update(range(r.lines[0], r.lines[1] + 1))
+    imported = set(result.manifest.get("original_classes", ()))
+    for node in ast.parse(original).body:
+        if isinstance(node, ast.ClassDef) and node.name in imported:
+            first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])
+            allowed.update(range(first, node.end_lineno + 1))
     lines = original.splitlines()
     in_import = False
     for i, line in enumerate(lines, 1):
