@@ -8,17 +8,19 @@ The layers are modules the graph calls, so none of that happens while tracing; f
 constant of the graph. Every run then handed the same dict to the layers. A whole-model run filled it
 before reading it, so it was right by accident of order; llm-compressor's sequential pipeline runs
 subgraph 0 on every batch, then subgraph 1 on every batch, so a sharing layer read the keys the
-*last* batch had stored (logits 0.3 to 0.6 off on tiny models, no error). A plain ``{}`` or ``[]``
+*last* batch had stored (logits 0.2 to 0.6 off on tiny models, no error). A plain ``{}`` or ``[]``
 was wrong the other way: fx writes it into the code as a literal, so each call got a new, empty one
 and what one layer stored never reached the next.
 
-So a mutable container that holds no graph value and is handed to a module the graph calls is made a
-value of the graph (:func:`new_state`, a copy of it as it was when first handed, made at every run).
-Before each further call that gets it, the graph makes a copy (:func:`handed_state`) that the call
-may change and everything after reads, so the chain hands each batch's own container from subgraph
-to subgraph, and a subgraph run twice on one batch (llm-compressor's calibration and propagation
-passes) starts both times from what the previous subgraph handed on. Only the containers are copied;
-the tensors and other objects inside are shared, as eager shares them.
+So a mutable container handed to a module the graph calls (the layers' empty dict) is made a value
+of the graph (:func:`can_be_state` says which): :func:`new_state` makes each run's
+own copy of it as it was when the first module got it. Before each further call that gets it, the
+graph makes a copy (:func:`handed_state`) that the call may change and everything after reads, so
+the chain hands each batch's own container from subgraph to subgraph, and a subgraph run twice on
+one batch (llm-compressor's calibration and propagation passes) starts both times from what the
+previous subgraph handed on. Only the containers are copied; the tensors and other objects inside
+are shared, as eager shares them. A dict or list that holds graph values, tensors or modules is
+still fx's literal, built anew for each call from what it held while tracing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import copy
 from collections.abc import Mapping, MutableMapping, MutableSequence, MutableSet, Sequence, Set
 from typing import Any
 
+import torch
 from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from transformers.utils import ModelOutput
@@ -43,19 +46,30 @@ def is_state_container(value: Any) -> bool:
     return isinstance(value, _CONTAINERS) and not isinstance(value, _NOT_STATE)
 
 
-def holds_graph_value(value: Any, _seen: set[int] | None = None) -> bool:
-    """Whether a graph value (a proxy) lies anywhere inside the containers of ``value``: such a
-    container is built by the graph from those values (fx's literal), not kept as it was traced."""
-    if isinstance(value, fx.Proxy):
+def can_be_state(value: Any) -> bool:
+    """A container a module the graph calls could fill (:func:`is_state_container`) that the graph
+    can make anew at each run from what it held while tracing. Not a dict or list holding a graph
+    value, a tensor or a module: fx writes those into the graph's code as a literal that reads them
+    when the graph runs (a module or a parameter by its path, so the checks of the modules a graph
+    runs see them). Not a container of another class holding a graph value: that value exists only
+    while tracing."""
+    if not is_state_container(value):
+        return False
+    return not _holds(value, (fx.Proxy, torch.Tensor, nn.Module) if isinstance(value, (dict, list)) else fx.Proxy)
+
+
+def _holds(value: Any, kinds: type | tuple[type, ...], _seen: set[int] | None = None) -> bool:
+    """Whether an object of ``kinds`` lies anywhere inside the containers of ``value``."""
+    if isinstance(value, kinds):
         return True
     seen = set() if _seen is None else _seen
     if id(value) in seen:
         return False
     seen.add(id(value))
     if isinstance(value, Mapping):
-        return any(holds_graph_value(key, seen) or holds_graph_value(item, seen) for key, item in value.items())
+        return any(_holds(key, kinds, seen) or _holds(item, kinds, seen) for key, item in value.items())
     if isinstance(value, (Sequence, Set)) and not isinstance(value, (str, bytes, bytearray)):
-        return any(holds_graph_value(item, seen) for item in value)
+        return any(_holds(item, kinds, seen) for item in value)
     return False
 
 

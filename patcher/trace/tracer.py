@@ -63,7 +63,7 @@ from .matching import match_modules, parse_patterns, resolve_targets
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .moved_code import may_return_none, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
-from .shared_state import copy_containers, fingerprint, handed_state, holds_graph_value, is_state_container, new_state
+from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
 from .wrapped_state import apply_settings, call_with_settings, may_change_settings, observe_settled_settings
 
@@ -368,12 +368,11 @@ class SequentialTracer(fx.Tracer):
         return self.create_node("get_attr", name, (), {})
 
     def _handed(self, value: Any) -> Any:
-        """An argument of a call of a module the graph calls: a container it could fill (and that holds
-        no graph value, which fx would write into the code as a literal) becomes the run's own container,
-        copied for this call if an earlier one got it (see :mod:`patcher.trace.shared_state`)."""
+        """An argument of a call of a module the graph calls: a container it could fill becomes the run's
+        own container, copied for this call if an earlier one got it (see :mod:`patcher.trace.shared_state`)."""
         state = self._states.get(id(value))
         if state is None or state[0] is not value:
-            if not is_state_container(value) or holds_graph_value(value):
+            if not can_be_state(value):
                 return value
             node = self.create_node("call_function", new_state, (self._reference(copy_containers(value)),), {})
             record_source(node)
@@ -480,9 +479,9 @@ def _changed_after_handing(value: Any, first: fx.Node) -> str:
     """What ``SharedStateError`` says, raised where the traced code hands the changed container on."""
     kind = type(value).__name__
     return (
-        f"a {kind} the forward hands to the modules the graph calls was changed by the traced code after "
-        f"{describe_node(next(iter(first.users), first))} got it; it is handed on again at "
-        f"{describe_source(model_source())}.\n"
+        f"a {kind} the forward hands to the modules the graph calls was changed by the traced code between "
+        f"{describe_node(next(iter(first.users), first))}, which got it first, and "
+        f"{describe_source(model_source())}, where it is handed on again.\n"
         f"  why: those modules fill and read it when the graph runs, so the graph makes each run's own {kind} as "
         "it was when the first of them got it and hands that on; a change made by the traced code afterwards "
         "exists only while tracing, and the modules after it would not see it (a silent wrong result)\n"

@@ -208,6 +208,32 @@ def test_traced_code_changing_the_container_after_a_layer_got_it_is_refused():
     lines, start = inspect.getsourcelines(_ChangedAfterHanding.forward)
     first, reader = (start + index for index, line in enumerate(lines) if "(x, state)" in line)
     # where the first module got it, and where it is handed on changed
-    assert f"module 'first' at {_HERE}:{first} in forward()" in message
-    assert f"handed on again at {_HERE}:{reader} in forward()" in message
+    assert f"module 'first' at {_HERE}:{first} in forward(), which got it first" in message
+    assert f"{_HERE}:{reader} in forward(), where it is handed on again" in message
     assert "fix: change the dict before the first module gets it" in message
+
+
+class _Applies(nn.Module):
+    def forward(self, x, modules):
+        return modules["proj"](x)
+
+
+class _HandsAModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.applies = _Applies()
+
+    def forward(self, x):
+        return {"out": self.applies(x, {"proj": self.proj})}
+
+
+def test_a_dict_of_modules_handed_to_a_module_reads_them_when_the_graph_runs():
+    # fx's literal reads `self.proj` at every run; made anew from what it held while tracing, it
+    # would hand the module the Linear the model had then
+    model = _HandsAModule().eval()
+    x = torch.randn(2, 4)
+    subgraphs = trace_subgraphs(model, {"x": x}, ["_Applies"])
+    model.proj = nn.Linear(4, 4).eval()  # new weights loaded by assigning a module, as a loader may
+    with torch.no_grad():
+        torch.testing.assert_close(run_subgraphs(model, subgraphs, {"x": x})["out"], model(x)["out"], rtol=0, atol=0)
