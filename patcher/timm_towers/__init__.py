@@ -94,6 +94,7 @@ def constructor_arguments(architecture: str, model_args: dict | None = None) -> 
 @functools.lru_cache(maxsize=64)
 def _constructor_arguments(architecture: str, frozen_args) -> dict | None:
     import timm
+    import torch
     from timm.models import _registry
 
     try:
@@ -115,10 +116,12 @@ def _constructor_arguments(architecture: str, frozen_args) -> dict | None:
         raise _Captured
 
     # The entry point looks the builder up in its module's namespace at call time: replaced there
-    # for this one call, and put back whatever happens.
+    # for this one call, and put back whatever happens. On meta: an entry point that builds through
+    # another module's builder is not caught, and builds its real-size model without memory.
     namespace["build_model_with_cfg"] = capture
     try:
-        timm.create_model(architecture, pretrained=False, num_classes=0, **_thawed(frozen_args))
+        with torch.device("meta"):
+            timm.create_model(architecture, pretrained=False, num_classes=0, **_thawed(frozen_args))
     except _Captured:
         pass
     finally:
