@@ -194,7 +194,7 @@ def gptq(scheme: str, linears: list[str]) -> GPTQModifier:
         "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 8}}})
 
 
-def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True) -> None:
+def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True, **oneshot_args) -> None:
     # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
     # dataset is given (a DataLoader of ready batches needs none).
     model.config.save_pretrained(tmp_path)
@@ -202,7 +202,7 @@ def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = Tr
     loader = torch.utils.data.DataLoader(batches, batch_size=None)
     with tracezoo_tracing() if tracezoo else undo_tracer_patches(model):
         oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential",
-                sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches))
+                sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches), **oneshot_args)
 
 
 def _is_target(name: str, module, targets) -> bool:
@@ -466,6 +466,38 @@ def test_llmcompressors_cache_hands_subgraph_0_every_input_of_a_batch():
         with pytest.raises(InputMismatchError, match=r"subgraph 0: input 'attention_mask' given, but the graph was "
                                                      r"traced without it"):
             _pipeline_loop(model, subgraphs, cache)
+
+
+def test_awq_with_loss_mask_equals_llmcompressors_own_run(tmp_path, monkeypatch):
+    """AWQ with ``use_loss_mask=True`` reads each batch's ``loss_mask`` from the pipeline's cache; the
+    model never takes it. The first batch, which the pipeline traces on, has it too: tracezoo was
+    handed it and refused the sample (``SampleInputError``: 'loss_mask', which the forward does not
+    name). Traced without it, AWQ searches its scales on the masked tokens only, bit-identically to
+    llm-compressor's own run, and the mask changes the result (it was not dropped)."""
+    from llmcompressor.modifiers.transform.awq import AWQModifier
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    # AWQ pins the cached layer inputs in page-locked memory, which needs an accelerator; pinning
+    # changes no value, so without one it is left out
+    monkeypatch.setattr(IntermediatesCache, "pin_memory", lambda self, *args, **kwargs: None)
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    for batch in batches:  # the first three tokens of every row are left out of AWQ's loss
+        batch["loss_mask"] = torch.ones_like(batch["input_ids"])
+        batch["loss_mask"][:, :3] = 0
+    theirs, unmasked = copy.deepcopy(model), copy.deepcopy(model)
+    linears = target_linears(model, targets)
+
+    def recipe():
+        return [AWQModifier(offload_device=None), gptq("W4A16", linears)]
+
+    run_oneshot(model, batches, targets, recipe(), tmp_path / "tracezoo", use_loss_mask=True)
+    run_oneshot(theirs, batches, targets, recipe(), tmp_path / "llmc", tracezoo=False, use_loss_mask=True)
+    run_oneshot(unmasked, batches, targets, recipe(), tmp_path / "unmasked")
+    weights, unmasked_weights = theirs.state_dict(), unmasked.state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+    assert any(not torch.equal(value, unmasked_weights[key]) for key, value in weights.items()), \
+        "the loss mask changed nothing: AWQ did not read it"
 
 
 def test_guide_example_runs(tmp_path, monkeypatch):

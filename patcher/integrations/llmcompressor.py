@@ -113,10 +113,17 @@ def _pipeline_input_names(names: list[str]):
     return names.without(PIPELINE_KEYS) if isinstance(names, BatchInputNames) else set(names)
 
 
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The batch as the model sees it: without the keys the pipeline keeps for itself
+    (``loss_mask``, read by AWQ with ``use_loss_mask=True``), which no forward takes. The graph is
+    traced on this and every batch checked on this, so the two agree on what an input is."""
+    return {name: value for name, value in batch.items() if name not in PIPELINE_KEYS}
+
+
 def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:
     """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
     a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`)."""
-    record.check_model_inputs({name: value for name, value in batch.items() if name not in PIPELINE_KEYS}, where)
+    record.check_model_inputs(model_inputs(batch), where)
 
 
 class _CheckedBatches:
@@ -153,7 +160,7 @@ class _Session:
         from llmcompressor.utils.helpers import calibration_forward_context
 
         with calibration_forward_context(model), HooksMixin.disable_hooks(), disable_onloading():
-            subgraphs = trace_subgraphs(model, _on_device(sample_input, model), sequential_targets,
+            subgraphs = trace_subgraphs(model, _on_device(model_inputs(sample_input), model), sequential_targets,
                                         tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
         self.record = subgraphs[0].record
         return to_pipeline_subgraphs(subgraphs)
