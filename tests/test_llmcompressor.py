@@ -56,7 +56,7 @@ from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: E402
 from llmcompressor.utils.helpers import DisableQuantization, calibration_forward_context  # noqa: E402
 
 import zoo  # noqa: E402
-from patcher import InputMismatchError, MissingInputError, load_traceable  # noqa: E402
+from patcher import InputMismatchError, MissingInputError, UntraceableCodeError, load_traceable  # noqa: E402
 from patcher.models import wake_zero_parameters  # noqa: E402
 from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
 from zoo._entries import ENTRIES, recipe  # noqa: E402
@@ -429,6 +429,56 @@ def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
     assert "pixel_attention_mask" in batches[0]
     other = {key: value for key, value in batches[1].items() if key != "pixel_attention_mask"}
     _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
+
+
+def test_plain_class_needing_the_rewrite_is_pointed_at_load_traceable(tmp_path):
+    """transformers' own Qwen2-VL inside ``oneshot``, not made traceable: the error names the line of
+    the installed modeling file, and its fix is the class ``load_traceable`` makes, or the zoo's
+    drop-in, not TZ105's rewrite of the line (which would mean editing the installed transformers)."""
+    import transformers
+
+    model, batches, targets = _zoo_case("qwen2_vl")
+    plain = transformers.Qwen2VLForConditionalGeneration._from_config(model.config).eval()
+    with pytest.raises(UntraceableCodeError) as caught:
+        run_oneshot(plain, batches, targets, gptq("W8A8", target_linears(plain, targets)), tmp_path)
+    message = str(caught.value)
+    assert re.search(r"at transformers/models/qwen2_vl/modeling_qwen2_vl\.py:\d+ in forward\(\)", message), message
+    assert ("fix: load the model with load_traceable(Qwen2VLForConditionalGeneration) (from patcher import "
+            "load_traceable; load_traceable(Qwen2VLForConditionalGeneration).from_pretrained(path) loads the same "
+            "checkpoints) or the zoo's drop-in TraceableQwen2VLForConditionalGeneration (from zoo import "
+            "TraceableQwen2VLForConditionalGeneration): both rewrite this line (patcher rule TZ105)") in message
+    assert "wrap the statement" not in message
+
+
+def test_moved_value_none_when_running_is_named_as_the_cause(tmp_path):
+    """``load_traceable``'s Qwen2-Audio with audio: its merge of the audio features branches on a
+    traced value (``legacy_processing``), so the moved code runs as one opaque call, and the
+    ``labels`` it hands back (given None, set on the other branch only) is a traced value while
+    tracing; ``if labels is not None:`` then builds a loss, and the trace fails there. The error
+    said the sample "lacks an input"; it names ``labels``, the moved code and the line it came from."""
+    import transformers
+
+    from patcher.coverage.check import _build
+    from patcher.coverage.discover import find_layers, trace_targets
+    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model
+
+    cls = transformers.Qwen2AudioForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    classes, layer_list = find_layers(build_model(cls, config, device="meta"))
+    model = _build(load_traceable(cls, targets=classes), config, seed=0)
+    batches = audio_samples(config, model, 0)
+    targets = trace_targets(model, classes, layer_list)
+    with pytest.raises(UntraceableCodeError) as caught:
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path)
+    message = str(caught.value)
+    assert "loss = loss_fct(" in message
+    assert re.search(r"why: `labels` is handed back by _wrapped_\w+\(\) \(code the patcher moved from "
+                     r"modeling_qwen2_audio\.py:\d+ \(Qwen2AudioModel\.forward\)\), which runs as one opaque call "
+                     r"while tracing: there `labels` is a traced value, never None, but when the model runs it can be "
+                     r"None \(`labels` was given as None at the call", message), message
+    assert "lacks" in message and "lacks an input" not in message
 
 
 def _pipeline_loop(model, subgraphs, cache) -> None:
