@@ -431,6 +431,50 @@ def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
     _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
 
 
+def test_mixed_text_and_image_rows_name_the_dataset_rows_to_filter(tmp_path):
+    """A dataset of LLaVA rows, half with an image and half text-only, through the dataloader
+    ``oneshot`` builds from a dataset (llm-compressor's ``format_calibration_data``: shuffled, one
+    row per batch). The graph is traced on the first batch drawn; the batches of the other kind
+    are refused before any weight changes, and the error names their rows in the dataset (the
+    shuffled batch number names none) and says to filter or batch the dataset (it said "give them
+    when running", and named only the first batch)."""
+    from llmcompressor.args import DatasetArguments
+    from llmcompressor.datasets.utils import format_calibration_data
+
+    spec = recipe("llava")
+    model, _, targets = _zoo_case("llava")
+    rows = []
+    for seed in range(6):
+        row = spec.build_sample(model.config, batch_size=1, seq_len=5, num_images=1,
+                                generator=torch.Generator().manual_seed(seed))
+        if seed % 2:  # text-only: no image, no image tokens
+            row = {"input_ids": torch.where(row["input_ids"] == model.config.image_token_id, 1, row["input_ids"]),
+                   "attention_mask": row["attention_mask"]}
+        rows.append(row)
+    with_image = {index for index, row in enumerate(rows) if "pixel_values" in row}
+    arguments = DatasetArguments(batch_size=1, shuffle_calibration_samples=True, num_calibration_samples=len(rows),
+                                 data_collator=lambda features: features[0])
+    loader = format_calibration_data(arguments, rows, processor=None)
+    model.config.save_pretrained(tmp_path)
+    model.config._name_or_path = str(tmp_path)
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    torch.manual_seed(0)  # the sampler's order
+    with pytest.raises(InputMismatchError) as caught, tracezoo_tracing():
+        oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential", sequential_targets=targets,
+                recipe=gptq("W8A8", target_linears(model, targets)), num_calibration_samples=len(rows))
+    _unchanged(model, before)
+    message = str(caught.value)
+    traced_with_image = isinstance(caught.value, MissingInputError)
+    other_kind = set(range(len(rows))) - with_image if traced_with_image else with_image
+    batch, row = map(int, re.search(r"calibration batch (\d+) \(dataset row (\d+)\)", message).groups())
+    assert row in other_kind and batch != row, message  # the seed's order is shuffled: the row is no batch number
+    summary = re.search(r"3 of 6 calibration batches do not fit the graph: dataset rows ([\d, ]+)$", message)
+    assert summary and set(map(int, summary.group(1).split(", "))) == other_kind, message
+    kind = "that have" if traced_with_image else "without"
+    assert f"filter the dataset to rows of one kind (the rows {kind} 'pixel_values'" in message, message
+    assert "give them when running" not in message and "trace with a sample" not in message
+
+
 def test_plain_class_needing_the_rewrite_is_pointed_at_load_traceable(tmp_path):
     """transformers' own Qwen2-VL inside ``oneshot``, not made traceable: the error names the line of
     the installed modeling file, and its fix is the class ``load_traceable`` makes, or the zoo's

@@ -41,6 +41,7 @@ from torch import nn
 
 from ..partition import BatchInputNames, Subgraph, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
+from ..trace.errors import InputMismatchError
 from ..trace.record import TraceRecord
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
@@ -120,14 +121,107 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in batch.items() if name not in PIPELINE_KEYS}
 
 
-def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:
+def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str, fix: str | None = None) -> None:
     """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
-    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`)."""
-    record.check_model_inputs(model_inputs(batch), where)
+    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`);
+    ``fix`` replaces what the error of an input too many or too few says to do."""
+    record.check_model_inputs(model_inputs(batch), where, fix)
+
+
+def dataset_fix(record: TraceRecord, batch: Mapping[str, Any]) -> str | None:
+    """What to do about a calibration batch with other inputs than the batch the graph was traced
+    on: the pipeline traces on the first batch it draws, so the user changes the dataset, not the
+    trace (text-only rows beside image rows: the first batch decides which kind the graph takes)."""
+    inputs = model_inputs(batch)
+    lacks = [name for name in record.tensor_inputs if name not in inputs]
+    extra = [name for name in inputs if name not in record.tensor_inputs and name not in record.constants]
+    if not lacks and not extra:
+        return None
+    names = ", ".join(map(repr, lacks or extra))
+    traced = "had" if lacks else "had no"
+    kind = "that have" if lacks else "without"
+    return (f"the pipeline traced the graph on the first batch it drew, which {traced} {names}, and every batch "
+            f"must carry the inputs that batch carried: filter the dataset to rows of one kind (the rows {kind} "
+            f"{names}, or only the others, the graph then being traced on those), or batch it so that every batch "
+            "carries the same inputs (rows of both kinds in each batch, where the model and the collator allow); "
+            "one graph cannot take batches of both kinds")
+
+
+class _Drawn:
+    """A sampler whose indices are noted as they are drawn (by the batch sampler, in the process
+    that iterates the dataloader, also when workers load the rows)."""
+
+    def __init__(self, sampler, drawn: list[int]):
+        self.sampler = sampler
+        self._drawn = drawn
+
+    def __iter__(self) -> Iterator[int]:
+        for index in self.sampler:
+            self._drawn.append(int(index))
+            yield index
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class _BatchRows:
+    """Which rows of the dataset each batch of a dataloader holds.
+
+    llm-compressor's dataloader shuffles by default (``shuffle_calibration_samples=True``: a
+    ``RandomSampler``, which draws another order on every pass), so the batch number of an error
+    names no row of the dataset, and the order cannot be worked out afterwards. Its batches come
+    from a ``BatchSampler`` over that sampler: the indices are noted as it draws them, and batch
+    ``k`` holds the ``k``-th run of ``batch_size`` of them. A dataloader without automatic batching
+    (``batch_size=None``) over a ``SequentialSampler`` makes batch ``k`` of row ``k``; any other
+    sampler's rows are not known."""
+
+    def __init__(self, dataloader):
+        self._dataloader = dataloader
+        self._drawn: list[int] = []
+        self._batch_size: int | None = None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        from torch.utils.data import BatchSampler
+
+        batch_sampler = getattr(self._dataloader, "batch_sampler", None)
+        if type(batch_sampler) is not BatchSampler:  # a subclass may batch otherwise
+            yield
+            return
+        sampler = batch_sampler.sampler
+        batch_sampler.sampler = _Drawn(sampler, self._drawn)
+        self._batch_size = batch_sampler.batch_size
+        try:
+            yield
+        finally:
+            batch_sampler.sampler = sampler
+
+    def rows(self, index: int) -> list[int] | None:
+        from torch.utils.data import SequentialSampler
+
+        if self._batch_size is not None:
+            return self._drawn[index * self._batch_size:(index + 1) * self._batch_size] or None
+        if getattr(self._dataloader, "batch_sampler", True) is None and \
+                type(getattr(self._dataloader, "sampler", None)) is SequentialSampler:
+            return [index]
+        return None
+
+    def where(self, index: int) -> str:
+        rows = self.rows(index)
+        if rows is None:
+            return f"calibration batch {index} (in the order the dataloader gives them; its sampler does not say " \
+                   "which dataset rows)"
+        return f"calibration batch {index} (dataset row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))})"
+
+
+#: Dataset rows named in the summary of the batches that do not fit, at most.
+ROWS_NAMED = 20
 
 
 class _CheckedBatches:
-    """A dataloader whose batches are checked as the pipeline caches them."""
+    """A dataloader whose batches are checked as the pipeline caches them. A batch that does not
+    fit stops the caching (nothing of it or after it is kept); the rest are still drawn and
+    checked, so the error names every dataset row to filter out, not only the first."""
 
     def __init__(self, dataloader, record: TraceRecord):
         self._dataloader = dataloader
@@ -137,9 +231,28 @@ class _CheckedBatches:
         return len(self._dataloader)
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        for index, batch in enumerate(self._dataloader):
-            check_batch(self._record, batch, f"calibration batch {index}")
-            yield batch
+        rows = _BatchRows(self._dataloader)
+        failures: list[tuple[int, InputMismatchError]] = []
+        with rows.recording():
+            for index, batch in enumerate(self._dataloader):
+                try:
+                    check_batch(self._record, batch, rows.where(index), dataset_fix(self._record, batch))
+                except InputMismatchError as error:
+                    failures.append((index, error))
+                if not failures:
+                    yield batch
+        if failures:
+            raise _summary(failures, rows, len(self._dataloader)) from failures[0][1]
+
+
+def _summary(failures: list[tuple[int, InputMismatchError]], rows: _BatchRows, total: int) -> InputMismatchError:
+    first = failures[0][1]
+    if len(failures) == 1:
+        return first
+    named = [row for index, _ in failures for row in (rows.rows(index) or [])]
+    where = (f"dataset rows {', '.join(map(str, named[:ROWS_NAMED]))}{' ...' if len(named) > ROWS_NAMED else ''}"
+             if named else f"calibration batches {', '.join(str(index) for index, _ in failures[:ROWS_NAMED])}")
+    return type(first)(f"{first}\n{len(failures)} of {total} calibration batches do not fit the graph: {where}")
 
 
 class _Session:
