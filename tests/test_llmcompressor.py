@@ -475,6 +475,47 @@ def test_mixed_text_and_image_rows_name_the_dataset_rows_to_filter(tmp_path):
     assert "give them when running" not in message and "trace with a sample" not in message
 
 
+def test_tracing_ignore_entry_matching_nothing_is_refused(tmp_path):
+    """A ``tracing_ignore`` entry that keeps nothing opaque (a misspelt function name) was accepted
+    without a word; it is refused before anything is calibrated, naming the entry and the closest
+    real name. llm-compressor's own default entries, which name other models' helpers, still pass."""
+    from llmcompressor.args import DatasetArguments
+
+    from patcher import IgnoreMatchError
+
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    ignore = [*DatasetArguments().tracing_ignore, "LlamaRMSNorm", "create_causal_mak"]
+    with pytest.raises(IgnoreMatchError, match=r"ignore entry 'create_causal_mak' matches no module class, function "
+                                               r"or method of LlamaForCausalLM, so it keeps nothing opaque; did you "
+                                               r"mean 'create_causal_mask'\?") as caught:
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path,
+                    tracing_ignore=ignore)
+    assert caught.value.entries == ["create_causal_mak"]
+    _unchanged(model, before)
+
+
+def test_recipe_ignore_entry_matching_nothing_is_warned_about(tmp_path):
+    """A modifier's ``ignore`` entry that matches no module (``lm_headd``) ignored nothing, and
+    ``lm_head`` was quantized without a word: a warning names the entry, the closest module and that
+    this run quantizes it. An entry that matches is not warned about."""
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    ignored = "model.layers.0.mlp.down_proj"
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        run_oneshot(model, batches, targets, GPTQModifier(targets="Linear", scheme="W8A8", ignore=["lm_headd", ignored]),
+                    tmp_path)
+    found = [warning for warning in warned if "ignore entry" in str(warning.message)]
+    assert [str(warning.message) for warning in found] == [
+        "GPTQModifier's ignore entry 'lm_headd' matches no module of LlamaForCausalLM, so it ignores nothing; did you "
+        "mean 'lm_head'? ('lm_head' is quantized by this run). Entries match a whole module name, a 're:' regex from "
+        "the start of the name, or a module class name"]
+    from patcher.integrations.llmcompressor import RecipeIgnoreWarning
+
+    assert found[0].category is RecipeIgnoreWarning
+    assert hasattr(model.lm_head, "weight_scale") and not hasattr(model.get_submodule(ignored), "weight_scale")
+
+
 def test_plain_class_needing_the_rewrite_is_pointed_at_load_traceable(tmp_path):
     """transformers' own Qwen2-VL inside ``oneshot``, not made traceable: the error names the line of
     the installed modeling file, and its fix is the class ``load_traceable`` makes, or the zoo's

@@ -13,8 +13,10 @@ checked against what the graph was traced with before anything is calibrated:
 Nothing else changes for the user: ``oneshot``'s arguments mean what they meant
 (``sequential_targets``, ``sequential_targets_per_subgraph``; ``tracing_ignore`` left at its
 default means tracezoo's :data:`~patcher.DEFAULT_IGNORE`, and entries a user adds to it are added
-to tracezoo's). Any class tracezoo traces works: the zoo's, ``load_traceable(...)``'s, and the
-transformers classes that trace as they are.
+to tracezoo's; one that matches nothing in the model is refused, ``IgnoreMatchError``). An
+``ignore`` entry of a recipe's modifier that matches no module is warned about
+(:class:`RecipeIgnoreWarning`: ``lm_headd`` leaves ``lm_head`` quantized). Any class tracezoo traces
+works: the zoo's, ``load_traceable(...)``'s, and the transformers classes that trace as they are.
 
 Why the batches are checked: the pipeline hands each subgraph only the names in its
 ``input_names``. A batch with an input the graph was not traced with (a padded
@@ -54,6 +56,11 @@ TESTED_VERSION = "0.14.0.1"
 
 class IntegrationError(RuntimeError):
     """llm-compressor is missing or does not have what the integration replaces."""
+
+
+class RecipeIgnoreWarning(UserWarning):
+    """An ``ignore`` entry a recipe's modifier was given matches no module of the model, so it
+    ignores nothing (``lm_headd``: ``lm_head`` is quantized)."""
 
 
 def _pipeline_module():
@@ -272,6 +279,7 @@ class _Session:
         from llmcompressor.modifiers.utils.hooks import HooksMixin
         from llmcompressor.utils.helpers import calibration_forward_context
 
+        warn_unmatched_recipe_ignores(model)
         with calibration_forward_context(model), HooksMixin.disable_hooks(), disable_onloading():
             subgraphs = trace_subgraphs(model, _on_device(model_inputs(sample_input), model), sequential_targets,
                                         tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
@@ -314,6 +322,53 @@ class _Session:
                 return super()._onload_value(intermediate)
 
         return CheckedIntermediatesCache
+
+
+def warn_unmatched_recipe_ignores(model: nn.Module, modifiers: Iterable | None = None) -> list[str]:
+    """Warn (:class:`RecipeIgnoreWarning`) for every ``ignore`` entry given to a modifier of the
+    active recipe (or of ``modifiers``) that matches no module of ``model``, naming the closest
+    module or class name and whether this run quantizes it; return the warnings' texts.
+
+    Matched as compressed-tensors matches them (``is_match``: a whole module name, a ``re:`` regex
+    from the start of the name, or a class name along the MRO). A warning, not an error: recipes
+    are shared across models, and llm-compressor's own examples name modules of two transformers
+    layouts (``re:visual.*`` and ``re:model.visual.*``), one of which matches nothing. Entries left
+    at a modifier's default (QuIP's ``lm_head``) are not the user's and are not checked. Called when
+    the pipeline traces: the recipe is initialized then (each module it quantizes carries its
+    ``quantization_scheme``) and no weight has changed."""
+    import difflib
+    import warnings
+
+    from compressed_tensors.utils.match import is_match
+
+    if modifiers is None:
+        from llmcompressor.core import active_session
+
+        recipe = getattr(active_session().lifecycle, "recipe", None)
+        modifiers = getattr(recipe, "modifiers", None) or ()
+    named = list(model.named_modules())
+    candidates = sorted({name for name, _ in named if name} | {type(module).__name__ for _, module in named})
+    texts = []
+    for modifier in modifiers:
+        if "ignore" not in getattr(modifier, "model_fields_set", {"ignore"}):
+            continue
+        entries = getattr(modifier, "ignore", None) or ()
+        for entry in [entries] if isinstance(entries, str) else entries:
+            if not isinstance(entry, str) or any(is_match(name, module, entry) for name, module in named):
+                continue
+            wanted = entry.removeprefix("re:").replace("\\", "").rstrip(".*$")
+            close = difflib.get_close_matches(wanted, candidates, n=1)
+            hint = ""
+            if close:
+                found = dict(named).get(close[0])
+                quantized = found is not None and getattr(found, "quantization_scheme", None) is not None
+                hint = f"; did you mean {close[0]!r}?" + (f" ({close[0]!r} is quantized by this run)" if quantized else "")
+            text = (f"{type(modifier).__name__}'s ignore entry {entry!r} matches no module of {type(model).__name__}, "
+                    f"so it ignores nothing{hint}. Entries match a whole module name, a 're:' regex from the start "
+                    "of the name, or a module class name")
+            texts.append(text)
+            warnings.warn(text, RecipeIgnoreWarning, stacklevel=2)
+    return texts
 
 
 class _Typed:

@@ -31,6 +31,7 @@ from .diagnose import MODEL_ERROR, diagnose, failing_code, library_class_fix, mo
 from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
                             unpacked_item)
 from .errors import (
+    IgnoreMatchError,
     MissingTargetsError,
     SampleInputError,
     StateChangeError,
@@ -58,8 +59,8 @@ from .hooks import (
     check_traced_through,
     replay_hidden_state_capture,
 )
-from .matching import match_modules, parse_patterns, resolve_targets
-from .opaque import mapping_result, opaque_calls, traced_dtype_queries
+from .matching import REGEX_PREFIX, ModulePattern, match_modules, parse_patterns, resolve_targets
+from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_queries
 from .moved_code import NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .state import preserved_model_state
@@ -726,7 +727,8 @@ def trace_graph(
     check_unused_inputs_known(sample_input, unused_inputs)
     ignore = resolve_ignore(ignore)
     targets = resolve_targets(model, sequential_targets)
-    ignored_modules, _ = match_modules(model, parse_patterns(ignore))
+    ignored_modules, ignore_hits = match_modules(model, parse_patterns(ignore))
+    _check_ignore_matches(model, ignore_hits)
     _check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
     if model in ignored_modules.values():
@@ -960,6 +962,35 @@ def _moved_none(exc: Exception, construct, tracer: SequentialTracer):
         return None
     function, result = found
     return moved_none_symptom(result.name, function.__name__, moved_from(function), result.why)
+
+
+def _check_ignore_matches(model: nn.Module, hits: Mapping[ModulePattern, int]) -> None:
+    """Every ignore entry beyond the defaults keeps something opaque: a module (by class name or
+    ``re:`` pattern) or a function or method the model's code can call. The defaults name every
+    model's helpers and so match nothing in most models; an entry of the caller's that matches
+    nothing is a misspelling (``create_causal_mak``) that would be accepted without a word."""
+    unmatched = [pattern for pattern, count in hits.items() if count == 0 and pattern.text not in DEFAULT_IGNORE]
+    if not unmatched:
+        return
+    functions = callable_names(model)
+    unmatched = [pattern for pattern in unmatched if pattern.regex is not None or pattern.text not in functions]
+    if not unmatched:
+        return
+    classes = {type(module).__name__ for module in model.modules()}
+    module_names = [name for name, _ in model.named_modules() if name]
+    lines = []
+    for pattern in unmatched:
+        if pattern.regex is not None:
+            wanted, candidates = pattern.text[len(REGEX_PREFIX):].replace("\\", ""), module_names
+        else:
+            wanted, candidates = pattern.text, sorted(classes | functions)
+        close = difflib.get_close_matches(wanted, candidates, n=1)
+        lines.append(f"ignore entry '{pattern.text}' matches no {'module name' if pattern.regex else 'module class, function or method'} "
+                     f"of {type(model).__name__}, so it keeps nothing opaque"
+                     + (f"; did you mean '{REGEX_PREFIX + re.escape(close[0]) if pattern.regex else close[0]}'?" if close else ""))
+    lines.append("Entries are module class names, 're:' + a regex matching whole module names, or names of functions "
+                 "and methods the model's code calls; fix the entry or remove it.")
+    raise IgnoreMatchError("\n".join(lines), [pattern.text for pattern in unmatched])
 
 
 def _check_targets_not_ignored(targets: dict[str, nn.Module], ignored: dict[str, nn.Module]) -> None:
