@@ -635,6 +635,99 @@ def test_awq_with_loss_mask_equals_llmcompressors_own_run(tmp_path, monkeypatch)
         "the loss mask changed nothing: AWQ did not read it"
 
 
+#: transformers' own class of each case whose traceable class llm-compressor's own tracer cannot
+#: trace (``LLMC_TRACER``: "fails"), on the same weights and batches, through both tracers:
+#: ``case -> (llm-compressor's own tracer, tracezoo's, what goes wrong)``. ``identical``: it runs,
+#: every layer calibrated on eager's inputs, and the weights are bit-identical to tracezoo's on the
+#: traceable class; ``wrong``: it runs, and layers are calibrated on other inputs than eager's (the
+#: weights differ); ``refused``: the class needs the rewrite (``UntraceableCodeError`` naming
+#: ``load_traceable``). The "fails" is about tracezoo's classes only. Measured; strict.
+PLAIN_CLASS: dict[str, tuple[str, str, str]] = {
+    "qwen2_vl": ("identical", "refused", ""),
+    "qwen2_5_vl": ("identical", "refused", ""),
+    "Qwen3VLForConditionalGeneration": ("identical", "refused", ""),
+    "Glm4vForConditionalGeneration": ("wrong", "refused", "its graph hands layer 0 attention_mask=None where eager "
+                                      "hands the causal mask; layer 1 calibrated on inputs 4.4 off"),
+    "PaliGemmaForConditionalGeneration": ("wrong", "identical", "its graph hands layer 0 another attention mask than "
+                                          "eager's (positions eager masks are attended to); layer 1 calibrated on "
+                                          "inputs 0.031 off"),
+}
+_PLAIN_CELLS = {
+    "identical": "traces; weights bit-identical to tracezoo's on the traceable class",
+    "wrong": "traces, calibrates wrong: {why}",
+    "refused": "does not trace: needs the rewrite (the error names `load_traceable`{zoo})",
+}
+
+
+def plain_class_rows(case: str) -> list[str]:
+    """GUIDE.md's rows for ``case`` (the table under "The plain classes"): transformers' own class,
+    then the traceable one, each through llm-compressor's own tracer and tracezoo's."""
+    traceable = ZOO_CLASSES.get(case)
+    name = traceable.removeprefix("Traceable") if traceable else case
+    llmc, ours, why = PLAIN_CLASS[case]
+    zoo = f" and the zoo's `{traceable}`" if traceable else ""
+    cell = {kind: text.format(why=why, zoo=zoo) for kind, text in _PLAIN_CELLS.items()}
+    label = f"`{traceable}` (zoo)" if traceable else f"`load_traceable({name})`"
+    return [f"| `{name}` (transformers' own) | {cell[llmc]} | {cell[ours]} |",
+            f"| {label} | does not trace (1) | traces; every layer calibrated on eager's inputs |"]
+
+
+def test_guide_table_of_plain_classes_is_the_measured_one():
+    """GUIDE.md said llm-compressor's own tracer fails on Qwen2-VL and Qwen2.5-VL; it fails on the
+    zoo's classes only. Its table of plain and traceable classes is the one measured
+    (``test_plain_class_through_both_tracers``)."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    missing = [row for case in PLAIN_CLASS for row in plain_class_rows(case) if row not in guide]
+    assert not missing, "GUIDE.md lacks the measured rows:\n" + "\n".join(missing)
+    assert all(LLMC_TRACER[case][0] == "fails" for case in PLAIN_CLASS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(PLAIN_CLASS))
+def test_plain_class_through_both_tracers(case, tmp_path):
+    """transformers' own class with the traceable class's weights, through llm-compressor's own
+    tracer and tracezoo's, against the traceable class through tracezoo (every layer calibrated on
+    eager's inputs): as ``PLAIN_CLASS`` says."""
+    import transformers
+
+    model, batches, targets = CASES[case]()
+    plain = getattr(transformers, type(model).__name__)._from_config(model.config).eval()
+    plain.load_state_dict(model.state_dict())
+    through_tracezoo = copy.deepcopy(plain)
+    linears = target_linears(model, targets)
+    ours = TargetInputs(model, targets)
+    with ours.recording():
+        run_oneshot(model, batches, targets, gptq("W8A8", linears), tmp_path / "traceable")
+    assert_calibrated_on_eager(model, targets, batches, ours)
+    reference = model.state_dict()
+
+    def check(result, how):
+        weights, inputs = result
+        differ = [key for key, value in weights.state_dict().items() if not torch.equal(value, reference[key])]
+        off = [name for name in ours.seen if _first_difference(inputs.seen[name][:len(batches)],
+                                                               ours.seen[name][:len(batches)])]
+        if how == "identical":
+            assert not differ and not off, (differ, off)
+        else:
+            assert differ and off, f"{case}: calibrated on eager's inputs now: not wrong any more"
+
+    llmc, ours_how, _ = PLAIN_CLASS[case]
+    theirs = TargetInputs(plain, targets)
+    with theirs.recording():
+        run_oneshot(plain, batches, targets, gptq("W8A8", linears), tmp_path / "llmc", tracezoo=False)
+    check((plain, theirs), llmc)
+    if ours_how == "refused":
+        with pytest.raises(UntraceableCodeError, match=r"fix: load the model with load_traceable\("):
+            run_oneshot(through_tracezoo, batches, targets, gptq("W8A8", linears), tmp_path / "plain-tracezoo")
+        return
+    inputs = TargetInputs(through_tracezoo, targets)
+    with inputs.recording():
+        run_oneshot(through_tracezoo, batches, targets, gptq("W8A8", linears), tmp_path / "plain-tracezoo")
+    check((through_tracezoo, inputs), ours_how)
+
+
 def test_guide_example_runs(tmp_path, monkeypatch):
     """GUIDE.md's example of the integration, as written (the main environment's doc test skips it)."""
     from pathlib import Path
