@@ -27,7 +27,9 @@ import ast
 import dataclasses
 import functools
 import inspect
+import linecache
 import operator
+import re
 import textwrap
 import types
 from typing import Any, Callable
@@ -210,12 +212,17 @@ def _returned_names(function: Callable) -> tuple[tuple[tuple[int | None, str], .
 def none_result_reaching(calls: list[tuple[fx.Node, Callable, list[NoneResult]]],
                          code: types.CodeType) -> tuple[Callable, NoneResult] | None:
     """Of ``calls`` (opaque calls of moved code and their :func:`none_results`), the first item
-    whose value reaches a node made by ``code`` (the function whose line failed): the value that
-    function took for not None."""
+    whose value reaches a node made by ``code`` (the function whose line failed), where that
+    function tests the name for None (``if labels is not None:``): the value it took for not None.
+    Both must hold, so that a failure with another cause (a sample that lacks an input) keeps its
+    own message."""
     lines = {line for *_, line in code.co_lines() if line is not None}
+    source = "".join(linecache.getline(code.co_filename, line) for line in sorted(lines))
     for node, function, results in calls:
         if node.graph is None or getattr(node, "_erased", False):
             continue  # made inside a trace-through attempt that was taken back
+        results = [result for result in results
+                   if re.search(rf"\b{re.escape(result.name)}\s+is\s+(not\s+)?None\b", source)]
         by_index = {result.index: result for result in results}
         starts = [(node, by_index[None])] if None in by_index else []
         starts += [(user, by_index[user.args[1]]) for user in node.users
