@@ -144,9 +144,10 @@ def dataset_fix(record: TraceRecord, batch: Mapping[str, Any]) -> str | None:
     extra = [name for name in inputs if name not in record.tensor_inputs and name not in record.constants]
     if not lacks and not extra:
         return None
-    names = ", ".join(map(repr, lacks or extra))
-    traced = "had" if lacks else "had no"
-    kind = "that have" if lacks else "without"
+    # about the inputs the error names: check_model_inputs names an input too many before one too few
+    names = ", ".join(map(repr, extra or lacks))
+    traced = "had no" if extra else "had"
+    kind = "without" if extra else "that have"
     return (f"the pipeline traced the graph on the first batch it drew, which {traced} {names}, and every batch "
             f"must carry the inputs that batch carried: filter the dataset to rows of one kind (the rows {kind} "
             f"{names}, or only the others, the graph then being traced on those), or batch it so that every batch "
