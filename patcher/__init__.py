@@ -14,7 +14,7 @@ _LAZY = {
     "trace_subgraphs": "partition",
     "find_tower_blocks": "towers", "find_towers": "towers",
     **{name: "trace" for name in (
-        "DEFAULT_IGNORE", "DroppedInputError", "HookError", "InputMismatchError", "LeafOutputError",
+        "DEFAULT_IGNORE", "DroppedInputError", "HookError", "IgnoreMatchError", "InputMismatchError", "LeafOutputError",
         "MissingInputError", "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
         "SharedStateError", "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError",
         "TrainingModeError", "UnknownInputError", "UntraceableCodeError", "trace_graph")},
@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_IGNORE",
     "DroppedInputError",
     "HookError",
+    "IgnoreMatchError",
     "InputMismatchError",
     "LeafOutputError",
     "MissingInputError",

@@ -445,6 +445,9 @@ def build_model(model_class: type, config: PretrainedConfig, device: str | torch
     """Instantiate ``model_class`` from ``config`` on ``device`` (``meta``: no weight memory)."""
     import torch
 
+    from .timm_towers import for_one_build
+
+    config = for_one_build(config)
     with torch.device(device):
         model = model_class._from_config(config) if hasattr(model_class, "_from_config") else model_class(config)
     return model.eval()

@@ -270,6 +270,8 @@ ROWS = [
     Row("trace-weight-too-large", lambda t: ["trace", "LlamaForCausalLM", cfg(t, hidden_size=2**20, vocab_size=2**20,
                                                                             head_dim=8)], 2,
         ("config.json", "hidden_size (1048576) x vocab_size (1048576)", "2**38")),
+    Row("trace-ignore-unknown", lambda t: ["trace", "LlamaForCausalLM", cfg(t), "--ignore", "create_causal_mak"], 2,
+        ("ignore entry 'create_causal_mak' matches no", "did you mean 'create_causal_mask'?")),
     Row("trace-config-of-other-architecture", lambda t: ["trace", "MistralForCausalLM", cfg(t)], 2,
         ("expects a MistralConfig", "LlamaConfig")),
     Row("trace-missing-local-dir", lambda t: ["trace", "LlamaForCausalLM", "./no-such-checkpoint"], 2,

@@ -31,6 +31,17 @@ def test_regex_matching_nothing(llama):
         trace_subgraphs(llama, sample_for(llama), [r"re:model\.blocks\.\d+"])
 
 
+@pytest.mark.parametrize("entry, closest", [("create_causal_mak", "create_causal_mask"), ("LlamaRMSNrom", "LlamaRMSNorm"),
+                                            (r"re:model\.layerz\.1", r"re:model\.layers\.1")])
+def test_ignore_entry_matching_nothing_is_refused_with_the_closest_name(llama, entry, closest):
+    # The defaults name other models' helpers too (get_rope_index): only the caller's entries must match.
+    from patcher import DEFAULT_IGNORE, IgnoreMatchError
+
+    with pytest.raises(IgnoreMatchError, match=re.escape(f"ignore entry '{entry}' matches no ")) as info:
+        trace_subgraphs(llama, sample_for(llama), ["LlamaDecoderLayer"], ignore=[*DEFAULT_IGNORE, "rotate_half", entry])
+    assert f"did you mean '{closest}'?" in str(info.value) and info.value.entries == [entry]
+
+
 def test_regex_targets_select_whole_names(llama):
     subgraphs = trace_subgraphs(llama, sample_for(llama), [r"re:model\.layers\.[02]"])
     assert [subgraph.targets for subgraph in subgraphs] == [["model.layers.0"], ["model.layers.2"], []]

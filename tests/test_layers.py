@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: coverage / zoo / cli.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"normalize"},  # one reading of the targets/ignore/count arguments of every entry point
-    {"registry", "files", "plugins"},  # what rewrite and trace agree on; atomic file writes; collections' hooks
+    {"registry", "files", "plugins", "timm_towers"},  # what rewrite and trace agree on; atomic file writes;
+    # collections' hooks; the knobs of a tower timm builds
     # the rewriter, the tracer, config/class loading, the sample-builder registry, a config's token ids
     {"rewrite", "trace", "models", "sample_builders", "config_tokens", "towers", "meta_mode"},  # + a model's
     # towers; model code run on meta with real integer inputs

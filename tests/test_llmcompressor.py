@@ -56,7 +56,7 @@ from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: E402
 from llmcompressor.utils.helpers import DisableQuantization, calibration_forward_context  # noqa: E402
 
 import zoo  # noqa: E402
-from patcher import InputMismatchError, MissingInputError, load_traceable  # noqa: E402
+from patcher import InputMismatchError, MissingInputError, UntraceableCodeError, load_traceable  # noqa: E402
 from patcher.models import wake_zero_parameters  # noqa: E402
 from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
 from zoo._entries import ENTRIES, recipe  # noqa: E402
@@ -194,7 +194,7 @@ def gptq(scheme: str, linears: list[str]) -> GPTQModifier:
         "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 8}}})
 
 
-def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True) -> None:
+def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True, **oneshot_args) -> None:
     # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
     # dataset is given (a DataLoader of ready batches needs none).
     model.config.save_pretrained(tmp_path)
@@ -202,7 +202,7 @@ def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = Tr
     loader = torch.utils.data.DataLoader(batches, batch_size=None)
     with tracezoo_tracing() if tracezoo else undo_tracer_patches(model):
         oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential",
-                sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches))
+                sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches), **oneshot_args)
 
 
 def _is_target(name: str, module, targets) -> bool:
@@ -431,6 +431,141 @@ def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
     _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
 
 
+def test_mixed_text_and_image_rows_name_the_dataset_rows_to_filter(tmp_path):
+    """A dataset of LLaVA rows, half with an image and half text-only, through the dataloader
+    ``oneshot`` builds from a dataset (llm-compressor's ``format_calibration_data``: shuffled, one
+    row per batch). The graph is traced on the first batch drawn; the batches of the other kind
+    are refused before any weight changes, and the error names their rows in the dataset (the
+    shuffled batch number names none) and says to filter or batch the dataset (it said "give them
+    when running", and named only the first batch)."""
+    from llmcompressor.args import DatasetArguments
+    from llmcompressor.datasets.utils import format_calibration_data
+
+    spec = recipe("llava")
+    model, _, targets = _zoo_case("llava")
+    rows = []
+    for seed in range(6):
+        row = spec.build_sample(model.config, batch_size=1, seq_len=5, num_images=1,
+                                generator=torch.Generator().manual_seed(seed))
+        if seed % 2:  # text-only: no image, no image tokens
+            row = {"input_ids": torch.where(row["input_ids"] == model.config.image_token_id, 1, row["input_ids"]),
+                   "attention_mask": row["attention_mask"]}
+        rows.append(row)
+    with_image = {index for index, row in enumerate(rows) if "pixel_values" in row}
+    arguments = DatasetArguments(batch_size=1, shuffle_calibration_samples=True, num_calibration_samples=len(rows),
+                                 data_collator=lambda features: features[0])
+    loader = format_calibration_data(arguments, rows, processor=None)
+    model.config.save_pretrained(tmp_path)
+    model.config._name_or_path = str(tmp_path)
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    torch.manual_seed(0)  # the sampler's order
+    with pytest.raises(InputMismatchError) as caught, tracezoo_tracing():
+        oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential", sequential_targets=targets,
+                recipe=gptq("W8A8", target_linears(model, targets)), num_calibration_samples=len(rows))
+    _unchanged(model, before)
+    message = str(caught.value)
+    traced_with_image = isinstance(caught.value, MissingInputError)
+    other_kind = set(range(len(rows))) - with_image if traced_with_image else with_image
+    batch, row = map(int, re.search(r"calibration batch (\d+) \(dataset row (\d+)\)", message).groups())
+    assert row in other_kind and batch != row, message  # the seed's order is shuffled: the row is no batch number
+    summary = re.search(r"3 of 6 calibration batches do not fit the graph: dataset rows ([\d, ]+)$", message)
+    assert summary and set(map(int, summary.group(1).split(", "))) == other_kind, message
+    kind = "that have" if traced_with_image else "without"
+    assert f"filter the dataset to rows of one kind (the rows {kind} 'pixel_values'" in message, message
+    assert "give them when running" not in message and "trace with a sample" not in message
+
+
+def test_tracing_ignore_entry_matching_nothing_is_refused(tmp_path):
+    """A ``tracing_ignore`` entry that keeps nothing opaque (a misspelt function name) was accepted
+    without a word; it is refused before anything is calibrated, naming the entry and the closest
+    real name. llm-compressor's own default entries, which name other models' helpers, still pass."""
+    from llmcompressor.args import DatasetArguments
+
+    from patcher import IgnoreMatchError
+
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    ignore = [*DatasetArguments().tracing_ignore, "LlamaRMSNorm", "create_causal_mak"]
+    with pytest.raises(IgnoreMatchError, match=r"ignore entry 'create_causal_mak' matches no module class, function "
+                                               r"or method of LlamaForCausalLM, so it keeps nothing opaque; did you "
+                                               r"mean 'create_causal_mask'\?") as caught:
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path,
+                    tracing_ignore=ignore)
+    assert caught.value.entries == ["create_causal_mak"]
+    _unchanged(model, before)
+
+
+def test_recipe_ignore_entry_matching_nothing_is_warned_about(tmp_path):
+    """A modifier's ``ignore`` entry that matches no module (``lm_headd``) ignored nothing, and
+    ``lm_head`` was quantized without a word: a warning names the entry, the closest module and that
+    this run quantizes it. An entry that matches is not warned about."""
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    ignored = "model.layers.0.mlp.down_proj"
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        run_oneshot(model, batches, targets, GPTQModifier(targets="Linear", scheme="W8A8", ignore=["lm_headd", ignored]),
+                    tmp_path)
+    found = [warning for warning in warned if "ignore entry" in str(warning.message)]
+    assert [str(warning.message) for warning in found] == [
+        "GPTQModifier's ignore entry 'lm_headd' matches no module of LlamaForCausalLM, so it ignores nothing; did you "
+        "mean 'lm_head'? ('lm_head' is quantized by this run). Entries match a whole module name, a 're:' regex from "
+        "the start of the name, or a module class name"]
+    from patcher.integrations.llmcompressor import RecipeIgnoreWarning
+
+    assert found[0].category is RecipeIgnoreWarning
+    assert hasattr(model.lm_head, "weight_scale") and not hasattr(model.get_submodule(ignored), "weight_scale")
+
+
+def test_plain_class_needing_the_rewrite_is_pointed_at_load_traceable(tmp_path):
+    """transformers' own Qwen2-VL inside ``oneshot``, not made traceable: the error names the line of
+    the installed modeling file, and its fix is the class ``load_traceable`` makes, or the zoo's
+    drop-in, not TZ105's rewrite of the line (which would mean editing the installed transformers)."""
+    import transformers
+
+    model, batches, targets = _zoo_case("qwen2_vl")
+    plain = transformers.Qwen2VLForConditionalGeneration._from_config(model.config).eval()
+    with pytest.raises(UntraceableCodeError) as caught:
+        run_oneshot(plain, batches, targets, gptq("W8A8", target_linears(plain, targets)), tmp_path)
+    message = str(caught.value)
+    assert re.search(r"at transformers/models/qwen2_vl/modeling_qwen2_vl\.py:\d+ in forward\(\)", message), message
+    assert ("fix: load the model with load_traceable(Qwen2VLForConditionalGeneration) (from patcher import "
+            "load_traceable; load_traceable(Qwen2VLForConditionalGeneration).from_pretrained(path) loads the same "
+            "checkpoints) or the zoo's drop-in TraceableQwen2VLForConditionalGeneration (from zoo import "
+            "TraceableQwen2VLForConditionalGeneration): both rewrite this line (patcher rule TZ105)") in message
+    assert "wrap the statement" not in message
+
+
+def test_moved_value_none_when_running_is_named_as_the_cause(tmp_path):
+    """``load_traceable``'s Qwen2-Audio with audio: its merge of the audio features branches on a
+    traced value (``legacy_processing``), so the moved code runs as one opaque call, and the
+    ``labels`` it hands back (given None, set on the other branch only) is a traced value while
+    tracing; ``if labels is not None:`` then builds a loss, and the trace fails there. The error
+    said the sample "lacks an input"; it names ``labels``, the moved code and the line it came from."""
+    import transformers
+
+    from patcher.coverage.check import _build
+    from patcher.coverage.discover import find_layers, trace_targets
+    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import build_model
+
+    cls = transformers.Qwen2AudioForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    classes, layer_list = find_layers(build_model(cls, config, device="meta"))
+    model = _build(load_traceable(cls, targets=classes), config, seed=0)
+    batches = audio_samples(config, model, 0)
+    targets = trace_targets(model, classes, layer_list)
+    with pytest.raises(UntraceableCodeError) as caught:
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path)
+    message = str(caught.value)
+    assert "loss = loss_fct(" in message
+    assert re.search(r"why: `labels` is handed back by _wrapped_\w+\(\) \(code the patcher moved from "
+                     r"modeling_qwen2_audio\.py:\d+ \(Qwen2AudioModel\.forward\)\), which runs as one opaque call "
+                     r"while tracing: there `labels` is a traced value, never None, but when the model runs it can be "
+                     r"None \(`labels` was given as None at the call", message), message
+    assert "lacks" in message and "lacks an input" not in message
+
+
 def _pipeline_loop(model, subgraphs, cache) -> None:
     """The sequential pipeline's propagation: each subgraph on every batch, given what the cache's
     ``iter`` (``fetch``: a value whose name is ``in`` the subgraph's ``input_names``) picks."""
@@ -466,6 +601,131 @@ def test_llmcompressors_cache_hands_subgraph_0_every_input_of_a_batch():
         with pytest.raises(InputMismatchError, match=r"subgraph 0: input 'attention_mask' given, but the graph was "
                                                      r"traced without it"):
             _pipeline_loop(model, subgraphs, cache)
+
+
+def test_awq_with_loss_mask_equals_llmcompressors_own_run(tmp_path, monkeypatch):
+    """AWQ with ``use_loss_mask=True`` reads each batch's ``loss_mask`` from the pipeline's cache; the
+    model never takes it. The first batch, which the pipeline traces on, has it too: tracezoo was
+    handed it and refused the sample (``SampleInputError``: 'loss_mask', which the forward does not
+    name). Traced without it, AWQ searches its scales on the masked tokens only, bit-identically to
+    llm-compressor's own run, and the mask changes the result (it was not dropped)."""
+    from llmcompressor.modifiers.transform.awq import AWQModifier
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    # AWQ pins the cached layer inputs in page-locked memory, which needs an accelerator; pinning
+    # changes no value, so without one it is left out
+    monkeypatch.setattr(IntermediatesCache, "pin_memory", lambda self, *args, **kwargs: None)
+    model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
+    for batch in batches:  # the first three tokens of every row are left out of AWQ's loss
+        batch["loss_mask"] = torch.ones_like(batch["input_ids"])
+        batch["loss_mask"][:, :3] = 0
+    theirs, unmasked = copy.deepcopy(model), copy.deepcopy(model)
+    linears = target_linears(model, targets)
+
+    def recipe():
+        return [AWQModifier(offload_device=None), gptq("W4A16", linears)]
+
+    run_oneshot(model, batches, targets, recipe(), tmp_path / "tracezoo", use_loss_mask=True)
+    run_oneshot(theirs, batches, targets, recipe(), tmp_path / "llmc", tracezoo=False, use_loss_mask=True)
+    run_oneshot(unmasked, batches, targets, recipe(), tmp_path / "unmasked")
+    weights, unmasked_weights = theirs.state_dict(), unmasked.state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+    assert any(not torch.equal(value, unmasked_weights[key]) for key, value in weights.items()), \
+        "the loss mask changed nothing: AWQ did not read it"
+
+
+#: transformers' own class of each case whose traceable class llm-compressor's own tracer cannot
+#: trace (``LLMC_TRACER``: "fails"), on the same weights and batches, through both tracers:
+#: ``case -> (llm-compressor's own tracer, tracezoo's, what goes wrong)``. ``identical``: it runs,
+#: every layer calibrated on eager's inputs, and the weights are bit-identical to tracezoo's on the
+#: traceable class; ``wrong``: it runs, and layers are calibrated on other inputs than eager's (the
+#: weights differ); ``refused``: the class needs the rewrite (``UntraceableCodeError`` naming
+#: ``load_traceable``). The "fails" is about tracezoo's classes only. Measured; strict.
+PLAIN_CLASS: dict[str, tuple[str, str, str]] = {
+    "qwen2_vl": ("identical", "refused", ""),
+    "qwen2_5_vl": ("identical", "refused", ""),
+    "Qwen3VLForConditionalGeneration": ("identical", "refused", ""),
+    "Glm4vForConditionalGeneration": ("wrong", "refused", "its graph hands layer 0 attention_mask=None where eager "
+                                      "hands the causal mask; layer 1 calibrated on inputs 4.4 off"),
+    "PaliGemmaForConditionalGeneration": ("wrong", "identical", "its graph hands layer 0 another attention mask than "
+                                          "eager's (positions eager masks are attended to); layer 1 calibrated on "
+                                          "inputs 0.031 off"),
+}
+_PLAIN_CELLS = {
+    "identical": "traces; weights bit-identical to tracezoo's on the traceable class",
+    "wrong": "traces, calibrates wrong: {why}",
+    "refused": "does not trace: needs the rewrite (the error names `load_traceable`{zoo})",
+}
+
+
+def plain_class_rows(case: str) -> list[str]:
+    """GUIDE.md's rows for ``case`` (the table under "The plain classes"): transformers' own class,
+    then the traceable one, each through llm-compressor's own tracer and tracezoo's."""
+    traceable = ZOO_CLASSES.get(case)
+    name = traceable.removeprefix("Traceable") if traceable else case
+    llmc, ours, why = PLAIN_CLASS[case]
+    zoo = f" and the zoo's `{traceable}`" if traceable else ""
+    cell = {kind: text.format(why=why, zoo=zoo) for kind, text in _PLAIN_CELLS.items()}
+    label = f"`{traceable}` (zoo)" if traceable else f"`load_traceable({name})`"
+    return [f"| `{name}` (transformers' own) | {cell[llmc]} | {cell[ours]} |",
+            f"| {label} | does not trace (1) | traces; every layer calibrated on eager's inputs |"]
+
+
+def test_guide_table_of_plain_classes_is_the_measured_one():
+    """GUIDE.md said llm-compressor's own tracer fails on Qwen2-VL and Qwen2.5-VL; it fails on the
+    zoo's classes only. Its table of plain and traceable classes is the one measured
+    (``test_plain_class_through_both_tracers``)."""
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    missing = [row for case in PLAIN_CLASS for row in plain_class_rows(case) if row not in guide]
+    assert not missing, "GUIDE.md lacks the measured rows:\n" + "\n".join(missing)
+    assert all(LLMC_TRACER[case][0] == "fails" for case in PLAIN_CLASS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(PLAIN_CLASS))
+def test_plain_class_through_both_tracers(case, tmp_path):
+    """transformers' own class with the traceable class's weights, through llm-compressor's own
+    tracer and tracezoo's, against the traceable class through tracezoo (every layer calibrated on
+    eager's inputs): as ``PLAIN_CLASS`` says."""
+    import transformers
+
+    model, batches, targets = CASES[case]()
+    plain = getattr(transformers, type(model).__name__)._from_config(model.config).eval()
+    plain.load_state_dict(model.state_dict())
+    through_tracezoo = copy.deepcopy(plain)
+    linears = target_linears(model, targets)
+    ours = TargetInputs(model, targets)
+    with ours.recording():
+        run_oneshot(model, batches, targets, gptq("W8A8", linears), tmp_path / "traceable")
+    assert_calibrated_on_eager(model, targets, batches, ours)
+    reference = model.state_dict()
+
+    def check(result, how):
+        weights, inputs = result
+        differ = [key for key, value in weights.state_dict().items() if not torch.equal(value, reference[key])]
+        off = [name for name in ours.seen if _first_difference(inputs.seen[name][:len(batches)],
+                                                               ours.seen[name][:len(batches)])]
+        if how == "identical":
+            assert not differ and not off, (differ, off)
+        else:
+            assert differ and off, f"{case}: calibrated on eager's inputs now: not wrong any more"
+
+    llmc, ours_how, _ = PLAIN_CLASS[case]
+    theirs = TargetInputs(plain, targets)
+    with theirs.recording():
+        run_oneshot(plain, batches, targets, gptq("W8A8", linears), tmp_path / "llmc", tracezoo=False)
+    check((plain, theirs), llmc)
+    if ours_how == "refused":
+        with pytest.raises(UntraceableCodeError, match=r"fix: load the model with load_traceable\("):
+            run_oneshot(through_tracezoo, batches, targets, gptq("W8A8", linears), tmp_path / "plain-tracezoo")
+        return
+    inputs = TargetInputs(through_tracezoo, targets)
+    with inputs.recording():
+        run_oneshot(through_tracezoo, batches, targets, gptq("W8A8", linears), tmp_path / "plain-tracezoo")
+    check((through_tracezoo, inputs), ours_how)
 
 
 def test_guide_example_runs(tmp_path, monkeypatch):

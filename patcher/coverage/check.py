@@ -201,10 +201,12 @@ def _build(cls: type, config, seed: int):
     from ..audio import has_audio_path
     from ..models import random_model
     from .modalities.audio import unit_gain_convolutions
+    from .modalities.images import rectifier_gain_timm_convolutions
 
     model = random_model(cls, config, seed)
     if has_audio_path(cls, config):
         unit_gain_convolutions(model, seed)
+    rectifier_gain_timm_convolutions(model, seed)
     return model
 
 

@@ -19,6 +19,8 @@ import math
 from typing import Any
 
 from ..config_tokens import ints, is_token_key, is_visual_id_key
+from ..timm_towers import MODEL_ARGS, timm_level
+from .shrink_timm import shrink_timm_level
 
 HIDDEN = 64
 HEADS = 4
@@ -316,6 +318,8 @@ class _Shrinker:
                 data[key] = [self.shrink(item) for item in value]
             elif is_token_key(key):
                 data[key] = [self.remap(item) for item in value] if isinstance(value, list) else self.remap(value)
+            elif key == MODEL_ARGS and timm_level(data) is not None:
+                continue  # a timm tower's knobs, shrunk by what they are (shrink_timm) below
             elif isinstance(value, dict) and keep is not None and _is_layer_dict(key, value, old_layers):
                 data[key] = {str(keep.index(int(index))) if isinstance(index, str) else keep.index(index):
                              self._shrink_plain_dict(item) if isinstance(item, dict) else item
@@ -365,6 +369,7 @@ class _Shrinker:
         self._fill_vocabulary_map(data)
         self._fix_merged_widths(original, data)
         self._fix_downsampled_window(original, data)
+        shrink_timm_level(original, data, self._scalar)
         return data
 
     def fresh_id(self) -> int:
@@ -898,10 +903,29 @@ def shrink_config(config_class: type, **overrides):
     return config
 
 
+#: Vision sub-configs whose class default builds no model of the class, replaced (by ``model_type``,
+#: before shrinking) with the checkpoints' at their real sizes: shrunk like any other.
+CHECKPOINT_VISION_CONFIGS: dict[str, dict[str, Any]] = {
+    # PerceptionLMConfig's default vision config is TimmWrapperConfig()'s resnet50 without model_args,
+    # and the projector reads vision_config.model_args["embed_dim"] (a TypeError on None). The
+    # checkpoints' tower is the Perception Encoder ViT; PLM-1B's and 3B's: vit_pe_core_large_patch14_336,
+    # 23 blocks of width 1024 on 448-pixel tiles of 14-pixel patches, with the knobs transformers'
+    # convert_perception_lm_weights_to_hf.py sets (layer scale 0.1 and no post-norm, as its tester)
+    "perception_lm": {"architecture": "vit_pe_core_large_patch14_336",
+                      "model_args": {"embed_dim": 1024, "depth": 23, "img_size": [448, 448], "global_pool": "",
+                                     "use_post_transformer_norm": False, "init_values": 0.1,
+                                     "ref_feat_shape": [32, 32]}},
+}
+
+
 def _with_vision(config_class: type):
     """The class's defaults; where those leave out an optional vision sub-config (Gemma 4 builds
     text-only unless given one), with the vision sub-config's own defaults: the tiny model gets its
-    vision tower, so its image path can be checked."""
+    vision tower, so its image path can be checked. Where the default vision sub-config builds no
+    model (``CHECKPOINT_VISION_CONFIGS``), with the checkpoints'."""
+    checkpoint = CHECKPOINT_VISION_CONFIGS.get(getattr(config_class, "model_type", None))
+    if checkpoint is not None:
+        return config_class(vision_config=copy.deepcopy(checkpoint))
     config = config_class()
     spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("vision_config")
     if getattr(spec, "optional", False) and getattr(config, "vision_config", ...) is None:

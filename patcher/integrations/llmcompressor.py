@@ -13,8 +13,10 @@ checked against what the graph was traced with before anything is calibrated:
 Nothing else changes for the user: ``oneshot``'s arguments mean what they meant
 (``sequential_targets``, ``sequential_targets_per_subgraph``; ``tracing_ignore`` left at its
 default means tracezoo's :data:`~patcher.DEFAULT_IGNORE`, and entries a user adds to it are added
-to tracezoo's). Any class tracezoo traces works: the zoo's, ``load_traceable(...)``'s, and the
-transformers classes that trace as they are.
+to tracezoo's; one that matches nothing in the model is refused, ``IgnoreMatchError``). An
+``ignore`` entry of a recipe's modifier that matches no module is warned about
+(:class:`RecipeIgnoreWarning`: ``lm_headd`` leaves ``lm_head`` quantized). Any class tracezoo traces
+works: the zoo's, ``load_traceable(...)``'s, and the transformers classes that trace as they are.
 
 Why the batches are checked: the pipeline hands each subgraph only the names in its
 ``input_names``. A batch with an input the graph was not traced with (a padded
@@ -43,6 +45,7 @@ from torch import nn
 
 from ..partition import BatchInputNames, Subgraph, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
+from ..trace.errors import InputMismatchError
 from ..trace.record import TraceRecord
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
@@ -55,6 +58,11 @@ TESTED_VERSION = "0.14.0.1"
 
 class IntegrationError(RuntimeError):
     """llm-compressor is missing or does not have what the integration replaces."""
+
+
+class RecipeIgnoreWarning(UserWarning):
+    """An ``ignore`` entry a recipe's modifier was given matches no module of the model, so it
+    ignores nothing (``lm_headd``: ``lm_head`` is quantized)."""
 
 
 def _pipeline_module():
@@ -115,14 +123,115 @@ def _pipeline_input_names(names: list[str]):
     return names.without(PIPELINE_KEYS) if isinstance(names, BatchInputNames) else set(names)
 
 
-def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str) -> None:
+def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The batch as the model sees it: without the keys the pipeline keeps for itself
+    (``loss_mask``, read by AWQ with ``use_loss_mask=True``), which no forward takes. The graph is
+    traced on this and every batch checked on this, so the two agree on what an input is."""
+    return {name: value for name, value in batch.items() if name not in PIPELINE_KEYS}
+
+
+def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str, fix: str | None = None) -> None:
     """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
-    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`)."""
-    record.check_model_inputs({name: value for name, value in batch.items() if name not in PIPELINE_KEYS}, where)
+    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`);
+    ``fix`` replaces what the error of an input too many or too few says to do."""
+    record.check_model_inputs(model_inputs(batch), where, fix)
+
+
+def dataset_fix(record: TraceRecord, batch: Mapping[str, Any]) -> str | None:
+    """What to do about a calibration batch with other inputs than the batch the graph was traced
+    on: the pipeline traces on the first batch it draws, so the user changes the dataset, not the
+    trace (text-only rows beside image rows: the first batch decides which kind the graph takes)."""
+    inputs = model_inputs(batch)
+    lacks = [name for name in record.tensor_inputs if name not in inputs]
+    extra = [name for name in inputs if name not in record.tensor_inputs and name not in record.constants]
+    if not lacks and not extra:
+        return None
+    # about the inputs the error names: check_model_inputs names an input too many before one too few
+    names = ", ".join(map(repr, extra or lacks))
+    traced = "had no" if extra else "had"
+    kind = "without" if extra else "that have"
+    return (f"the pipeline traced the graph on the first batch it drew, which {traced} {names}, and every batch "
+            f"must carry the inputs that batch carried: filter the dataset to rows of one kind (the rows {kind} "
+            f"{names}, or only the others, the graph then being traced on those), or batch it so that every batch "
+            "carries the same inputs (rows of both kinds in each batch, where the model and the collator allow); "
+            "one graph cannot take batches of both kinds")
+
+
+class _Drawn:
+    """A sampler whose indices are noted as they are drawn (by the batch sampler, in the process
+    that iterates the dataloader, also when workers load the rows)."""
+
+    def __init__(self, sampler, drawn: list[int]):
+        self.sampler = sampler
+        self._drawn = drawn
+
+    def __iter__(self) -> Iterator[int]:
+        for index in self.sampler:
+            self._drawn.append(int(index))
+            yield index
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class _BatchRows:
+    """Which rows of the dataset each batch of a dataloader holds.
+
+    llm-compressor's dataloader shuffles by default (``shuffle_calibration_samples=True``: a
+    ``RandomSampler``, which draws another order on every pass), so the batch number of an error
+    names no row of the dataset, and the order cannot be worked out afterwards. Its batches come
+    from a ``BatchSampler`` over that sampler: the indices are noted as it draws them, and batch
+    ``k`` holds the ``k``-th run of ``batch_size`` of them. A dataloader without automatic batching
+    (``batch_size=None``) over a ``SequentialSampler`` makes batch ``k`` of row ``k``; any other
+    sampler's rows are not known."""
+
+    def __init__(self, dataloader):
+        self._dataloader = dataloader
+        self._drawn: list[int] = []
+        self._batch_size: int | None = None
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        from torch.utils.data import BatchSampler
+
+        batch_sampler = getattr(self._dataloader, "batch_sampler", None)
+        if type(batch_sampler) is not BatchSampler:  # a subclass may batch otherwise
+            yield
+            return
+        sampler = batch_sampler.sampler
+        batch_sampler.sampler = _Drawn(sampler, self._drawn)
+        self._batch_size = batch_sampler.batch_size
+        try:
+            yield
+        finally:
+            batch_sampler.sampler = sampler
+
+    def rows(self, index: int) -> list[int] | None:
+        from torch.utils.data import SequentialSampler
+
+        if self._batch_size is not None:
+            return self._drawn[index * self._batch_size:(index + 1) * self._batch_size] or None
+        if getattr(self._dataloader, "batch_sampler", True) is None and \
+                type(getattr(self._dataloader, "sampler", None)) is SequentialSampler:
+            return [index]
+        return None
+
+    def where(self, index: int) -> str:
+        rows = self.rows(index)
+        if rows is None:
+            return f"calibration batch {index} (in the order the dataloader gives them; its sampler does not say " \
+                   "which dataset rows)"
+        return f"calibration batch {index} (dataset row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))})"
+
+
+#: Dataset rows named in the summary of the batches that do not fit, at most.
+ROWS_NAMED = 20
 
 
 class _CheckedBatches:
-    """A dataloader whose batches are checked as the pipeline caches them."""
+    """A dataloader whose batches are checked as the pipeline caches them. A batch that does not
+    fit stops the caching (nothing of it or after it is kept); the rest are still drawn and
+    checked, so the error names every dataset row to filter out, not only the first."""
 
     def __init__(self, dataloader, record: TraceRecord):
         self._dataloader = dataloader
@@ -132,9 +241,28 @@ class _CheckedBatches:
         return len(self._dataloader)
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        for index, batch in enumerate(self._dataloader):
-            check_batch(self._record, batch, f"calibration batch {index}")
-            yield batch
+        rows = _BatchRows(self._dataloader)
+        failures: list[tuple[int, InputMismatchError]] = []
+        with rows.recording():
+            for index, batch in enumerate(self._dataloader):
+                try:
+                    check_batch(self._record, batch, rows.where(index), dataset_fix(self._record, batch))
+                except InputMismatchError as error:
+                    failures.append((index, error))
+                if not failures:
+                    yield batch
+        if failures:
+            raise _summary(failures, rows, len(self._dataloader)) from failures[0][1]
+
+
+def _summary(failures: list[tuple[int, InputMismatchError]], rows: _BatchRows, total: int) -> InputMismatchError:
+    first = failures[0][1]
+    if len(failures) == 1:
+        return first
+    named = [row for index, _ in failures for row in (rows.rows(index) or [])]
+    where = (f"dataset rows {', '.join(map(str, named[:ROWS_NAMED]))}{' ...' if len(named) > ROWS_NAMED else ''}"
+             if named else f"calibration batches {', '.join(str(index) for index, _ in failures[:ROWS_NAMED])}")
+    return type(first)(f"{first}\n{len(failures)} of {total} calibration batches do not fit the graph: {where}")
 
 
 class _Session:
@@ -154,8 +282,9 @@ class _Session:
         from llmcompressor.modifiers.utils.hooks import HooksMixin
         from llmcompressor.utils.helpers import calibration_forward_context
 
+        warn_unmatched_recipe_ignores(model)
         with calibration_forward_context(model), HooksMixin.disable_hooks(), disable_onloading():
-            subgraphs = trace_subgraphs(model, _on_device(sample_input, model), sequential_targets,
+            subgraphs = trace_subgraphs(model, _on_device(model_inputs(sample_input), model), sequential_targets,
                                         tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
         self.record = subgraphs[0].record
         return to_pipeline_subgraphs(subgraphs)
@@ -207,6 +336,53 @@ class _Session:
                 return super()._onload_value(intermediate)
 
         return CheckedIntermediatesCache
+
+
+def warn_unmatched_recipe_ignores(model: nn.Module, modifiers: Iterable | None = None) -> list[str]:
+    """Warn (:class:`RecipeIgnoreWarning`) for every ``ignore`` entry given to a modifier of the
+    active recipe (or of ``modifiers``) that matches no module of ``model``, naming the closest
+    module or class name and whether this run quantizes it; return the warnings' texts.
+
+    Matched as compressed-tensors matches them (``is_match``: a whole module name, a ``re:`` regex
+    from the start of the name, or a class name along the MRO). A warning, not an error: recipes
+    are shared across models, and llm-compressor's own examples name modules of two transformers
+    layouts (``re:visual.*`` and ``re:model.visual.*``), one of which matches nothing. Entries left
+    at a modifier's default (QuIP's ``lm_head``) are not the user's and are not checked. Called when
+    the pipeline traces: the recipe is initialized then (each module it quantizes carries its
+    ``quantization_scheme``) and no weight has changed."""
+    import difflib
+    import warnings
+
+    from compressed_tensors.utils.match import is_match
+
+    if modifiers is None:
+        from llmcompressor.core import active_session
+
+        recipe = getattr(active_session().lifecycle, "recipe", None)
+        modifiers = getattr(recipe, "modifiers", None) or ()
+    named = list(model.named_modules())
+    candidates = sorted({name for name, _ in named if name} | {type(module).__name__ for _, module in named})
+    texts = []
+    for modifier in modifiers:
+        if "ignore" not in getattr(modifier, "model_fields_set", {"ignore"}):
+            continue
+        entries = getattr(modifier, "ignore", None) or ()
+        for entry in [entries] if isinstance(entries, str) else entries:
+            if not isinstance(entry, str) or any(is_match(name, module, entry) for name, module in named):
+                continue
+            wanted = entry.removeprefix("re:").replace("\\", "").rstrip(".*$")
+            close = difflib.get_close_matches(wanted, candidates, n=1)
+            hint = ""
+            if close:
+                found = dict(named).get(close[0])
+                quantized = found is not None and getattr(found, "quantization_scheme", None) is not None
+                hint = f"; did you mean {close[0]!r}?" + (f" ({close[0]!r} is quantized by this run)" if quantized else "")
+            text = (f"{type(modifier).__name__}'s ignore entry {entry!r} matches no module of {type(model).__name__}, "
+                    f"so it ignores nothing{hint}. Entries match a whole module name, a 're:' regex from the start "
+                    "of the name, or a module class name")
+            texts.append(text)
+            warnings.warn(text, RecipeIgnoreWarning, stacklevel=2)
+    return texts
 
 
 class _Typed:

@@ -8,6 +8,7 @@ from .diagnose import UntraceableConstruct, diagnose
 from .errors import (
     BranchDecisionError,
     HookError,
+    IgnoreMatchError,
     InputMismatchError,
     LeafOutputError,
     MissingInputError,
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_IGNORE",
     "DroppedInputError",
     "HookError",
+    "IgnoreMatchError",
     "InputMismatchError",
     "LeafOutputError",
     "MissingInputError",

@@ -95,7 +95,9 @@ class UntraceableConstruct:
     def location(self) -> str:
         return f"{_short_path(self.filename)}:{self.lineno}"
 
-    def describe(self) -> str:
+    def describe(self, fix: str | None = None) -> str:
+        """The construct, where, why and the fix; ``fix`` replaces the symptom's fix line (the fix
+        for the caller's situation, e.g. a class that ``load_traceable`` makes traceable)."""
         where = f"  at {self.location} in {self.function}()"
         if self.module_path is not None:
             where += f", while tracing module '{self.module_path or '<root>'}'"
@@ -106,7 +108,7 @@ class UntraceableConstruct:
                 where,
                 f"      {self.code}",
                 f"  why: {self.symptom.why}",
-                *self._fix_lines(rule),
+                *([f"  fix: {fix}"] if fix is not None else self._fix_lines(rule)),
                 f"  raised: {self.fx_message}",
             ]
         )
@@ -199,3 +201,58 @@ def _modeling_caller(exc: BaseException) -> tuple[str, str] | None:
         name = caller.name if caller.name not in ("forward", "<module>") else callee.name
         return f"{_short_path(caller.filename)}:{caller.lineno} in {caller.name}()", name
     return None
+
+
+def in_transformers_models(filename: str) -> bool:
+    """A modeling file of the installed transformers (``transformers/models/...``): not the user's
+    to edit, and what ``load_traceable`` rewrites."""
+    path = filename.replace(os.sep, "/")
+    return "/transformers/models/" in path
+
+
+def failing_code(exc: BaseException, construct: UntraceableConstruct):
+    """The code object of the frame whose line ``construct`` names (None if it is not in the traceback)."""
+    found = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == construct.filename and lineno == construct.lineno:
+            found = frame.f_code
+    return found
+
+
+def moved_none_symptom(name: str, function: str, origin: str | None, why: str) -> DiagnosedSymptom:
+    """A trace that failed on code taking ``name`` for not None, where ``name`` comes from an opaque
+    call of moved code (``function``, moved from ``origin``) and is None when the graph runs."""
+    moved = f"code the patcher moved from {origin}" if origin else "code the patcher moved"
+    return DiagnosedSymptom(
+        "a value of moved code that is None when the model runs, but a traced value while tracing",
+        "",
+        f"`{name}` is handed back by {function}() ({moved}), which runs as one opaque call while tracing: "
+        f"there `{name}` is a traced value, never None, but when the model runs it can be None ({why}). "
+        f"Code after the call that tests `{name} is None` took the branch for a given `{name}`, not the one "
+        "the model takes, and failed here; the sample lacks nothing",
+        "nothing in the sample or the arguments: tracezoo keeps this moved code as one call because it cannot "
+        "decide its branches while tracing, and so cannot tell which of its results are None; report the model "
+        "(a gap of the rewrite, not of your input)",
+        "what-the-rules-do-not-handle-yet",
+    )
+
+
+def library_class_fix(model_class: type, construct: UntraceableConstruct) -> str | None:
+    """The fix for a transformers class whose own modeling file holds a construct a patcher rule
+    rewrites: not the rule (that would mean editing the installed transformers), but the class
+    made traceable by ``load_traceable``, or a collection's drop-in (the zoo's) where one exists.
+    None where that is not the situation (a generated or zoo class, a user's own file, shared code)."""
+    from ..plugins import drop_in_for
+
+    if (not construct.symptom.rule or construct.reached_from is not None
+            or not model_class.__module__.startswith("transformers.") or not in_transformers_models(construct.filename)):
+        return None
+    name = model_class.__name__
+    drop_in = drop_in_for(model_class)
+    zoo = (f" or the {drop_in.package}'s drop-in {drop_in.name} (from {drop_in.package} import {drop_in.name})"
+           if drop_in is not None else "")
+    both = "both rewrite" if drop_in is not None else "it rewrites"
+    return (f"load the model with load_traceable({name}) (from patcher import load_traceable; "
+            f"load_traceable({name}).from_pretrained(path) loads the same checkpoints){zoo}: {both} this line "
+            f"(patcher rule {construct.symptom.rule}). Do not edit the line itself: it is the installed "
+            f"transformers; see GUIDE.md#{construct.symptom.guide_section}")

@@ -17,6 +17,15 @@ class TargetMatchError(TraceArgumentError):
     """A ``sequential_targets`` entry matches nothing, or targets nest."""
 
 
+class IgnoreMatchError(TraceArgumentError):
+    """An ``ignore`` entry (beyond :data:`~patcher.DEFAULT_IGNORE`) matches no module, function or
+    method of the model: it would keep nothing opaque (a misspelt name is not what was meant)."""
+
+    def __init__(self, message: str, entries: list[str]):
+        super().__init__(message)
+        self.entries = entries
+
+
 class SampleInputError(TracingError, ValueError):
     """The sample input does not fit the model's forward."""
 

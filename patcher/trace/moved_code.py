@@ -14,19 +14,29 @@ Whether some path of that code returns None (:func:`may_return_none`). One opaqu
 None while tracing, so code after the call that tests ``is None`` on its result is decided for a
 value even where the graph will get None (Csm's ``input_ids = None`` once its 2-D ids are
 embedded: the backbone then sees ids and embeddings and refuses both). The tracer traces such a
-call through where it can decide its code (see ``SequentialTracer``).
+call through where it can decide its code (see ``SequentialTracer``). Where it cannot (a branch on
+a traced value), the call stays opaque, and :func:`none_results` names the items it hands back
+that may be None when the graph runs, for the error of a trace that then fails (Qwen2-Audio's
+``labels``: given None, handed back unchanged on the branch that does not set it, a traced value
+while tracing, so ``if labels is not None:`` computed a loss).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
+import linecache
+import operator
+import re
 import textwrap
+import types
 from typing import Any, Callable
 
 from torch import fx, nn
 
+from ..registry.origins import noted_origin
 from ..registry.wrapped import is_wrapped_name
 
 
@@ -138,3 +148,111 @@ def _sets_a_result_to_none(function: Callable) -> bool:
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None:
             set_to_none |= {target.id for target in node.targets if isinstance(target, ast.Name)}
     return bool(returned & set_to_none)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoneResult:
+    """An item an opaque call of moved code hands back that may be None when the graph runs."""
+
+    index: int | None  # in the returned tuple; None: the whole result
+    name: str
+    why: str
+
+
+def none_results(function: Any, args: tuple, kwargs: dict) -> list[NoneResult]:
+    """The items of what ``function`` (a rewriter's wrapped function, called with ``args`` and
+    ``kwargs`` while tracing) returns that may be None when it runs: a name some path sets to
+    None, or a parameter given None at this call (handed back as it came wherever the code does
+    not set it). Empty where the source cannot be read."""
+    if not (inspect.isfunction(function) and is_wrapped_name(function.__name__)):
+        return []
+    returned, set_to_none, assigned = _returned_names(function)
+    if not returned:
+        return []
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {}
+    found = []
+    for index, name in returned:
+        if name in set_to_none:
+            found.append(NoneResult(index, name, f"the moved code sets `{name} = None` on some path"))
+        elif name in bound and bound[name] is None:
+            how = "wherever the moved code does not set it" if name in assigned else "unchanged"
+            found.append(NoneResult(index, name, f"`{name}` was given as None at the call and is handed back {how}"))
+    return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _returned_names(function: Callable) -> tuple[tuple[tuple[int | None, str], ...], frozenset[str], frozenset[str]]:
+    """``((index, name) returned, ...)`` (index None: a lone name), the names set to None, the names
+    assigned at all. The rewriter's functions end in one ``return`` of names."""
+    tree = function_tree(function)
+    if tree is None:
+        return (), frozenset(), frozenset()
+    returned: dict[tuple[int | None, str], None] = {}
+    set_to_none: set[str] = set()
+    assigned: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if isinstance(node.value, ast.Tuple):
+                returned.update({(index, value.id): None for index, value in enumerate(node.value.elts)
+                                 if isinstance(value, ast.Name)})
+            elif isinstance(node.value, ast.Name):
+                returned[(None, node.value.id)] = None
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+            assigned |= names
+            if isinstance(node.value, ast.Constant) and node.value.value is None:
+                set_to_none |= names
+    return tuple(returned), frozenset(set_to_none), frozenset(assigned)
+
+
+def none_result_reaching(calls: list[tuple[fx.Node, Callable, list[NoneResult]]],
+                         code: types.CodeType) -> tuple[Callable, NoneResult] | None:
+    """Of ``calls`` (opaque calls of moved code and their :func:`none_results`), the first item
+    whose value reaches a node made by ``code`` (the function whose line failed), where that
+    function tests the name for None (``if labels is not None:``): the value it took for not None.
+    Both must hold, so that a failure with another cause (a sample that lacks an input) keeps its
+    own message."""
+    lines = {line for *_, line in code.co_lines() if line is not None}
+    source = "".join(linecache.getline(code.co_filename, line) for line in sorted(lines))
+    for node, function, results in calls:
+        if node.graph is None or getattr(node, "_erased", False):
+            continue  # made inside a trace-through attempt that was taken back
+        results = [result for result in results
+                   if re.search(rf"\b{re.escape(result.name)}\s+is\s+(not\s+)?None\b", source)]
+        by_index = {result.index: result for result in results}
+        starts = [(node, by_index[None])] if None in by_index else []
+        starts += [(user, by_index[user.args[1]]) for user in node.users
+                   if user.op == "call_function" and user.target is operator.getitem and user.args[1] in by_index]
+        for start, result in starts:
+            if _reaches(start, code, lines):
+                return function, result
+    return None
+
+
+def _reaches(start: fx.Node, code: types.CodeType, lines: set[int]) -> bool:
+    frontier, seen = [start], {start}
+    while frontier:
+        node = frontier.pop()
+        source = node.meta.get("tz_source")
+        if source is not None and source[0] == code.co_filename and source[2] == code.co_name and source[1] in lines:
+            return True
+        for user in node.users:
+            if user not in seen:
+                seen.add(user)
+                frontier.append(user)
+    return False
+
+
+def moved_from(function: Any) -> str | None:
+    """The origin the patcher notes in a moved function (``# from modeling_x.py:720 (...)``), where
+    its source can be read. The note follows the function's own set-up lines (the names it sets to
+    None first, for paths that leave them unset), so the whole definition is searched."""
+    try:
+        lines, _ = inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return None
+    return next((origin for origin in map(noted_origin, lines) if origin), None)

@@ -168,6 +168,25 @@ def modeling_namespaces(model: nn.Module) -> list[dict]:
     return list(seen.values())
 
 
+def _functions_and_methods(model: nn.Module) -> Iterator[tuple[Any, str, Any, bool]]:
+    """``(owner, name, function, is_namespace)`` for every function an ignore entry can name: the
+    globals of the modeling modules, and the methods of the model's classes and their bases."""
+    for namespace in modeling_namespaces(model):
+        for name, value in list(namespace.items()):
+            if inspect.isfunction(value):
+                yield namespace, name, value, True
+    for cls in {type(module) for module in model.modules()}:
+        for base in inspect.getmro(cls):
+            for name, value in list(vars(base).items()):
+                if inspect.isfunction(value):
+                    yield base, name, value, False
+
+
+def callable_names(model: nn.Module) -> set[str]:
+    """The names of functions and methods an ignore entry can keep opaque in ``model``."""
+    return {name for _, name, _, _ in _functions_and_methods(model)}
+
+
 @contextlib.contextmanager
 def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
     """Patch functions/methods called ``names`` for the duration of the context.
@@ -178,21 +197,15 @@ def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
     found: set[str] = set()
     restore: list[tuple[Any, str, Any, bool]] = []
     try:
-        for namespace in modeling_namespaces(model):
-            for name in names & namespace.keys():
-                value = namespace[name]
-                if inspect.isfunction(value) and not getattr(value, "__tracezoo_opaque__", False):
-                    restore.append((namespace, name, value, True))
-                    namespace[name] = _opaque_function(value)
-                    found.add(name)
-        for cls in {type(module) for module in model.modules()}:
-            for base in inspect.getmro(cls):
-                for name in names & vars(base).keys():
-                    value = vars(base)[name]
-                    if inspect.isfunction(value) and not getattr(value, "__tracezoo_opaque__", False):
-                        restore.append((base, name, value, False))
-                        setattr(base, name, _opaque_method(name, value))
-                        found.add(name)
+        for owner, name, value, is_namespace in _functions_and_methods(model):
+            if name not in names or getattr(value, "__tracezoo_opaque__", False):
+                continue
+            restore.append((owner, name, value, is_namespace))
+            if is_namespace:
+                owner[name] = _opaque_function(value)
+            else:
+                setattr(owner, name, _opaque_method(name, value))
+            found.add(name)
         yield found
     finally:
         for owner, name, value, is_namespace in reversed(restore):

@@ -81,16 +81,19 @@ class TraceRecord:
     _verified: Any = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     # -- inputs ------------------------------------------------------------------------------
-    def check_model_inputs(self, inputs: Mapping[str, Any], where: str) -> None:
-        """Inputs of a whole-model run (``run_subgraphs``, ``TracedGraph.forward``)."""
+    def check_model_inputs(self, inputs: Mapping[str, Any], where: str, fix: str | None = None) -> None:
+        """Inputs of a whole-model run (``run_subgraphs``, ``TracedGraph.forward``). ``fix`` replaces
+        what the error of an input too many or too few says to do, where the caller knows better
+        (llm-compressor's pipeline traces on the first batch: the dataset is what to change)."""
         unknown = [name for name in inputs if name not in self.constants and name not in self.tensor_inputs]
         if unknown:
-            raise self._unknown_error(unknown, where)
+            raise self._unknown_error(unknown, where, fix)
         missing = [name for name in self.tensor_inputs if name not in inputs]
         if missing:
             raise MissingInputError(
                 f"{where}: missing input(s) {', '.join(map(repr, missing))}: the graph was traced with them "
-                f"and reads them; give them when running (an input given when tracing must be given when running)"
+                "and reads them; " + (fix or "give them when running (an input given when tracing must be given "
+                                             "when running)")
             )
         for name in self.tensor_inputs:
             self.check_tensor_input(name, inputs[name], where)
@@ -136,13 +139,13 @@ class TraceRecord:
             f"runs), so the graph would compute as if {name}={traced!r}; {fix}"
         )
 
-    def _unknown_error(self, unknown: list[str], where: str) -> InputMismatchError:
+    def _unknown_error(self, unknown: list[str], where: str, fix: str | None = None) -> InputMismatchError:
         taken = ", ".join(sorted(self.tensor_inputs)) or "(none)"
         one = len(unknown) == 1
         it = "it" if one else "them"
         return InputMismatchError(
             f"{where}: input{'' if one else 's'} {', '.join(map(repr, unknown))} given, but the graph was traced "
-            f"without {it} and would ignore {it} (a silent wrong result); trace with a sample that has {it}. "
+            f"without {it} and would ignore {it} (a silent wrong result); {fix or f'trace with a sample that has {it}'}. "
             f"The graph takes: {taken}"
         )
 

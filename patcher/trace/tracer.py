@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import difflib
 import inspect
 import itertools
@@ -26,10 +27,11 @@ from ..normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
-from .diagnose import MODEL_ERROR, diagnose
+from .diagnose import MODEL_ERROR, diagnose, failing_code, library_class_fix, moved_none_symptom
 from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
                             unpacked_item)
 from .errors import (
+    IgnoreMatchError,
     MissingTargetsError,
     SampleInputError,
     SharedStateError,
@@ -59,9 +61,9 @@ from .hooks import (
     check_traced_through,
     replay_hidden_state_capture,
 )
-from .matching import match_modules, parse_patterns, resolve_targets
-from .opaque import mapping_result, opaque_calls, traced_dtype_queries
-from .moved_code import may_return_none, reached_children
+from .matching import REGEX_PREFIX, ModulePattern, match_modules, parse_patterns, resolve_targets
+from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_queries
+from .moved_code import NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
@@ -137,6 +139,9 @@ class SequentialTracer(fx.Tracer):
         # wrapped function -> the settings its calls leave (see patcher.trace.wrapped_state)
         self.settled_settings = settled_settings or {}
         self.wrapped_calls_on_modules = False  # moved code that may change settings was handed a module
+        # opaque calls of moved code with the items they hand back that may be None when the graph
+        # runs: named by the error of a trace that fails after taking one for a value
+        self.opaque_none_results: list[tuple[fx.Node, Any, list[NoneResult]]] = []
         self.decisions = decisions if decisions is not None else Decisions()
         self.traced_modules = traced_modules
         self.target_names = target_names
@@ -355,6 +360,10 @@ class SequentialTracer(fx.Tracer):
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         record_source(proxy.node)
         if kind == "call_function":
+            if is_wrapped_name(getattr(target, "__name__", "")):
+                results = none_results(target, args, kwargs)
+                if results:
+                    self.opaque_none_results.append((proxy.node, target, results))
             return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
         return proxy
 
@@ -772,7 +781,8 @@ def trace_graph(
     check_unused_inputs_known(sample_input, unused_inputs)
     ignore = resolve_ignore(ignore)
     targets = resolve_targets(model, sequential_targets)
-    ignored_modules, _ = match_modules(model, parse_patterns(ignore))
+    ignored_modules, ignore_hits = match_modules(model, parse_patterns(ignore))
+    _check_ignore_matches(model, ignore_hits)
     _check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, targets) - set(ignored_modules.values()) - set(targets.values())
     if model in ignored_modules.values():
@@ -816,7 +826,7 @@ def trace_graph(
                 except Exception as exc:  # every failure gets a source location when one exists
                     if tracer.unpacked_without_keys and leaf_output_keys is None:
                         return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
-                    raise _explain(exc, model, tracer) from exc
+                    raise _explain(exc, model, tracer, original_class) from exc
                 else:
                     # Leaves run later, reading their attributes then: a write made while tracing is
                     # undone below, so the graph would silently run them in the state from before it.
@@ -975,19 +985,66 @@ def _swapped_class(model: nn.Module, cls: type):
         object.__setattr__(model, "__class__", original)
 
 
-def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer) -> Exception:
+def _explain(exc: Exception, model: nn.Module, tracer: SequentialTracer, model_class: type | None = None) -> Exception:
+    """``exc`` as the error a user can act on: the construct, its line and the fix. ``model_class``:
+    the model's own class (while tracing, ``type(model)`` is the tracer's subclass of it)."""
     if isinstance(exc, TracingError):  # already says what to do (sample, targets, hooks)
         return exc
+    model_class = model_class or type(model)
     module_path = tracer.failed_module_path or ""
     construct = diagnose(exc, module_path)
     if construct is None:
         return exc
-    header = f"could not trace {type(model).__name__}:"
+    header = f"could not trace {model_class.__name__}:"
     if construct.symptom is MODEL_ERROR:
+        moved_none = _moved_none(exc, construct, tracer)
+        if moved_none is not None:
+            construct = dataclasses.replace(construct, symptom=moved_none)
+            return UntraceableCodeError(f"{header}\n{construct.describe()}", construct)
         message = f"{header} {construct.symptom.name}\n{construct.describe()}\n" \
                   "  note: this often means the sample input lacks an input the model needs"
         return SampleInputError(message) if isinstance(exc, ValueError) else UntraceableCodeError(message, construct)
-    return UntraceableCodeError(f"{header}\n{construct.describe()}", construct)
+    return UntraceableCodeError(f"{header}\n{construct.describe(library_class_fix(model_class, construct))}", construct)
+
+
+def _moved_none(exc: Exception, construct, tracer: SequentialTracer):
+    """The symptom when the failing function took a value of an opaque call of moved code for not
+    None, a value that is None when the model runs (None when no such value reaches it)."""
+    code = failing_code(exc, construct) if tracer.opaque_none_results else None
+    found = none_result_reaching(tracer.opaque_none_results, code) if code is not None else None
+    if found is None:
+        return None
+    function, result = found
+    return moved_none_symptom(result.name, function.__name__, moved_from(function), result.why)
+
+
+def _check_ignore_matches(model: nn.Module, hits: Mapping[ModulePattern, int]) -> None:
+    """Every ignore entry beyond the defaults keeps something opaque: a module (by class name or
+    ``re:`` pattern) or a function or method the model's code can call. The defaults name every
+    model's helpers and so match nothing in most models; an entry of the caller's that matches
+    nothing is a misspelling (``create_causal_mak``) that would be accepted without a word."""
+    unmatched = [pattern for pattern, count in hits.items() if count == 0 and pattern.text not in DEFAULT_IGNORE]
+    if not unmatched:
+        return
+    functions = callable_names(model)
+    unmatched = [pattern for pattern in unmatched if pattern.regex is not None or pattern.text not in functions]
+    if not unmatched:
+        return
+    classes = {type(module).__name__ for module in model.modules()}
+    module_names = [name for name, _ in model.named_modules() if name]
+    lines = []
+    for pattern in unmatched:
+        if pattern.regex is not None:
+            wanted, candidates = pattern.text[len(REGEX_PREFIX):].replace("\\", ""), module_names
+        else:
+            wanted, candidates = pattern.text, sorted(classes | functions)
+        close = difflib.get_close_matches(wanted, candidates, n=1)
+        lines.append(f"ignore entry '{pattern.text}' matches no {'module name' if pattern.regex else 'module class, function or method'} "
+                     f"of {type(model).__name__}, so it keeps nothing opaque"
+                     + (f"; did you mean '{REGEX_PREFIX + re.escape(close[0]) if pattern.regex else close[0]}'?" if close else ""))
+    lines.append("Entries are module class names, 're:' + a regex matching whole module names, or names of functions "
+                 "and methods the model's code calls; fix the entry or remove it.")
+    raise IgnoreMatchError("\n".join(lines), [pattern.text for pattern in unmatched])
 
 
 def _check_targets_not_ignored(targets: dict[str, nn.Module], ignored: dict[str, nn.Module]) -> None:

@@ -21,6 +21,32 @@ from .base import Modality
 NEEDS_IMAGES = "needs images"
 
 
+def rectifier_gain_timm_convolutions(model, seed: int) -> None:
+    """Redraw every convolution weight inside a vision tower that timm builds (a module whose
+    ``config`` wraps a timm architecture, ``patcher.timm_towers``) with He's std ``sqrt(2 / fan_in)``,
+    so that each convolution and the rectifier after it carry the image on at about its own scale, as
+    in a trained tower.
+
+    timm leaves most convolutions at torch's default init (std ``1 / sqrt(3 * fan_in)``) and
+    transformers' TimmWrapper re-initialises only its linear layers. Tiny FastViT (FastVLM's tower,
+    reparameterised as its checkpoints: no residual around the convolutions) stacks a dozen
+    convolutions each followed by a GELU: each pair passed ~0.3 of the image on, ~1e-7 of it reached
+    the logits, under the influence check's threshold; a tower whose image is drowned out would hide
+    a graph that drops it."""
+    from ...timm_towers import timm_level
+
+    generator = torch.Generator().manual_seed(seed + 4)
+    with torch.no_grad():
+        for tower in model.modules():
+            if timm_level(getattr(tower, "config", None)) is None:
+                continue
+            for module in tower.modules():
+                if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+                    weight = module.weight
+                    value = torch.randn(weight.shape, generator=generator) * (2 / weight[0].numel()) ** 0.5
+                    weight.copy_(value.to(weight.dtype))
+
+
 def image_samples(config, model, seed: int) -> list[dict]:
     from ...images import second_layout
     from ..sweep_samples import coverage_multimodal_sample
