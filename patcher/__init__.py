@@ -16,8 +16,8 @@ _LAZY = {
     **{name: "trace" for name in (
         "DEFAULT_IGNORE", "DroppedInputError", "HookError", "IgnoreMatchError", "InputMismatchError", "LeafOutputError",
         "MissingInputError", "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
-        "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError", "TrainingModeError",
-        "UnknownInputError", "UntraceableCodeError", "trace_graph")},
+        "SharedStateError", "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError",
+        "TrainingModeError", "UnknownInputError", "UntraceableCodeError", "trace_graph")},
     # how a model collection (the zoo) registers itself: see patcher.plugins
     "register_drop_in": "plugins", "register_tracing_defaults": "plugins",
     "register_multimodal_sample": "sample_builders",
@@ -64,6 +64,7 @@ __all__ = [
     "ModelMismatchError",
     "OutputCaptureError",
     "SampleInputError",
+    "SharedStateError",
     "StateChangeError",
     "Subgraph",
     "TargetMatchError",

@@ -243,8 +243,8 @@ def _tensors(args, kwargs) -> list:
 
 def _leaves(value) -> list:
     """The values in ``value``, tensors copied: into every mapping too, not only those pytree knows
-    (Gemma 4 hands its layers a mapping that the next batch fills anew, so a reference to it would
-    show the next batch's tensors)."""
+    (Gemma 4 hands its layers a mapping they fill, so a reference to it would show what later
+    layers stored)."""
     if isinstance(value, torch.Tensor):
         return [value.detach().clone()]
     if isinstance(value, Mapping):
@@ -800,6 +800,12 @@ MOE_CLASS = {"llama4": "Llama4ForConditionalGeneration"}
 #: (measured; the weights then differ from tracezoo's, whose inputs equal eager's): model type -> why.
 MOE_LLMC_TRACER_WRONG = {model_type: _MASK_DROPPED.format(text=text, off=off) for model_type, text, off in (
     ("mixtral", "Mixtral", "0.053"), ("phimoe", "PhiMoE", "0.065"), ("qwen3_moe", "Qwen3-MoE", "0.089"))}
+MOE_LLMC_TRACER_WRONG["gemma4"] = (
+    "Gemma4TextModel.forward makes `shared_kv_states = UserDict()` (modeling_gemma4.py:1686) for its layers to fill "
+    "and read; llm-compressor's graph keeps the one made while tracing as a constant, which its tracer's own calls "
+    "of the layers (on meta) and every earlier batch filled, so layer 0 gets 9 inputs where eager hands it an empty "
+    "dict (8). The tiny config shares no KV, so no layer reads another batch's keys here; tracezoo's chain hands "
+    "each batch its own (test_kv_sharing_layers_calibrated_on_their_own_batch)")
 _MAYBE_UNBOUND = (
     "with transformers 5.17's {where}, the rewriter hands the function it wraps a branch in a local bound on "
     "another path only (`conv_state`, bound under `if use_precomputed_states:`); the call reads it, so every "
@@ -814,15 +820,9 @@ MOE_TRACEZOO_FAILS = {
         where="modeling_glm5_next.py:656 (Glm5NextTextLinearAttention)")),
 }
 #: Architectures whose layers tracezoo's chain hands other inputs than eager (measured): model type
-#: -> why. Strict: the check that each layer was calibrated on eager's inputs must fail as said.
-MOE_CHAIN_DIFFERS = {
-    "gemma4": (
-        "Gemma4TextModel.forward makes `shared_kv_states = UserDict()` for its layers to share keys and values "
-        "(modeling_gemma4.py:1686); in a traced graph that dict is a constant made once while tracing, so every "
-        "later call hands layer 0 the dict the previous batch filled, where eager hands a new, empty one. Here no "
-        "layer reads it (the tiny config shares no KV: num_kv_shared_layers=0), so the values agree; with KV "
-        "sharing, a layer run batch by batch in the sequential pipeline would read another batch's keys"),
-}
+#: -> why. Strict: the check that each layer was calibrated on eager's inputs must fail as said. None
+#: now (Gemma 4 was, before its `shared_kv_states` became each batch's own: GUIDE.md, "Silent wrong results").
+MOE_CHAIN_DIFFERS: dict[str, str] = {}
 #: The expert Linears linearization makes (``ExpertMLPWithGate`` / ``WithoutGate``).
 EXPERT_LINEARS = r"re:.*\.experts\.\d+\.(gate|up|down)_proj$"
 
@@ -945,6 +945,41 @@ def test_moe_experts_quantized_as_by_llmcompressors_own_path(model_type, tmp_pat
     weights = traceable.state_dict()
     for key, value in plain.state_dict().items():
         torch.testing.assert_close(weights[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+def _kv_sharing_gemma4():
+    """A tiny Gemma 4 whose last two layers read the keys and values the first two store, and three
+    batches of one shape (another batch's keys fit, so only the numbers can tell)."""
+    import transformers
+    from patcher.coverage.shrink import shrink_config
+    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.models import random_model
+
+    config = shrink_config(transformers.Gemma4TextConfig)
+    config.num_hidden_layers = 4
+    config.layer_types = ["sliding_attention", "full_attention"] * 2
+    config.num_kv_shared_layers = 2
+    model = random_model(load_traceable(transformers.Gemma4ForCausalLM), config, seed=0)
+    batches = [coverage_text_sample(config, batch_size=2, seq_len=7, seed=seed) for seed in range(3)]
+    return model, batches, ["Gemma4TextDecoderLayer"]
+
+
+def test_kv_sharing_layers_calibrated_on_their_own_batch(tmp_path):
+    """Gemma 4's layers share keys and values through `shared_kv_states`, a UserDict its forward
+    makes: the pipeline runs each layer over every batch before the next layer, so a dict kept as a
+    constant of the graph handed a sharing layer the keys of the last batch (GUIDE.md, "Silent wrong
+    results"). Each layer, the sharing ones included, is calibrated on its own batch's inputs, and
+    the cache offloads the dict's tensors like any other intermediate (no warning that it cannot)."""
+    model, batches, targets = _kv_sharing_gemma4()
+    attention = [layer.self_attn for layer in model.model.layers]
+    assert [module.is_kv_shared_layer for module in attention] == [False, False, True, True]
+    assert all(module.store_full_length_kv for module in attention[:2])
+    inputs = TargetInputs(model, targets)
+    with inputs.recording(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_oneshot(model, batches, targets, gptq("W4A16", target_linears(model, targets)), tmp_path)
+    assert not [str(warning.message) for warning in caught if "Offloading not implemented" in str(warning.message)]
+    assert_calibrated_on_eager(model, targets, batches, inputs)
 
 
 def test_llama4_experts_found_without_tracezoo_tracing():

@@ -34,8 +34,10 @@ Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import importlib
+from collections.abc import MutableMapping
 from typing import Any, Iterable, Iterator, Mapping
 
 import torch
@@ -304,6 +306,9 @@ class _Session:
             # value handed from one subgraph to the next may be a ModelOutput (a dict subclass:
             # Qwen3-VL's image features, read as `.deepstack_features` by the next subgraph) or a
             # named tuple, whose attribute access would fail after the cache.
+            # A mapping that is no dict (Gemma 4's `shared_kv_states`, a UserDict the layers fill:
+            # patcher.trace.shared_state) it keeps as it is, with a warning and its keys and values
+            # left on the accelerator for every batch; it is stored as a dict and refilled instead.
             @classmethod
             def _offload_value(cls, value, *args, **kwargs):
                 kind = type(value)
@@ -311,6 +316,10 @@ class _Session:
                     plain = dict(value) if isinstance(value, dict) else tuple(value)
                     offloaded = super()._offload_value(plain, *args, **kwargs)
                     offloaded.value = _Typed(kind, offloaded.value)
+                    return offloaded
+                if isinstance(value, MutableMapping) and not isinstance(value, dict):
+                    offloaded = super()._offload_value(dict(value), *args, **kwargs)
+                    offloaded.value = _Refilled(value, offloaded.value)
                     return offloaded
                 return super()._offload_value(value, *args, **kwargs)
 
@@ -320,6 +329,10 @@ class _Session:
                     typed = intermediate.value
                     plain = super()._onload_value(dataclasses.replace(intermediate, value=typed.value))
                     return typed.kind(**plain) if isinstance(plain, dict) else typed.kind(*plain)
+                if isinstance(intermediate.value, _Refilled):
+                    refilled = intermediate.value
+                    items = super()._onload_value(dataclasses.replace(intermediate, value=refilled.value))
+                    return refilled.filled(items)
                 return super()._onload_value(intermediate)
 
         return CheckedIntermediatesCache
@@ -380,6 +393,23 @@ class _Typed:
     def __init__(self, kind: type, value: Any):
         self.kind = kind
         self.value = value
+
+
+class _Refilled:
+    """A cached mapping of another class than dict: its items, and an empty copy of it to fill with
+    them on the way out (each fetch gets a new one, as the chain copies it for every layer)."""
+
+    __slots__ = ("empty", "value")
+
+    def __init__(self, mapping: MutableMapping, value: Any):
+        self.empty = copy.copy(mapping)
+        self.empty.clear()
+        self.value = value
+
+    def filled(self, items: Mapping[str, Any]) -> MutableMapping:
+        mapping = copy.copy(self.empty)
+        mapping.update(items)
+        return mapping
 
 
 def _on_device(sample: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:

@@ -62,6 +62,13 @@ class StateChangeError(TracingError):
         self.changes = changes
 
 
+class SharedStateError(TracingError):
+    """Traced code changed a container after handing it to a module the graph calls (Gemma 4's
+    ``shared_kv_states``: see :mod:`patcher.trace.shared_state`). The graph makes each run's own
+    copy of the container as it was when the first module got it, so a change made by the traced
+    code later would not reach the modules that run after it."""
+
+
 class InputMismatchError(TracingError, ValueError):
     """Inputs given when a graph runs do not fit the sample it was traced with.
 

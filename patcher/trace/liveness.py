@@ -64,13 +64,30 @@ def check_unused_inputs_known(sample: Mapping[str, Any], unused_inputs: Iterable
 def record_source(node: fx.Node) -> None:
     """Remember the innermost model-code line that created ``node`` (cheap: a frame walk, no
     traceback objects), for error messages about the node."""
+    source = model_source()
+    if source is not None:
+        node.meta["tz_source"] = source
+
+
+def model_source() -> tuple[str, int, str] | None:
+    """``(file, line, function)`` of the innermost model-code frame of the running trace."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith((_TORCH_DIR, _TRACE_DIR, _STDLIB_DIR)) or filename.startswith("<")):
-            node.meta["tz_source"] = (filename, frame.f_lineno, frame.f_code.co_name)
-            return
+            return filename, frame.f_lineno, frame.f_code.co_name
         frame = frame.f_back
+    return None
+
+
+def describe_source(source: tuple[str, int, str] | None) -> str:
+    """``modeling_x.py:622 in forward()`` (``an unknown line`` without one)."""
+    from .diagnose import _short_path
+
+    if source is None:
+        return "an unknown line"
+    filename, lineno, function = source
+    return f"{_short_path(filename)}:{lineno} in {function}()"
 
 
 def _mutates_in_place(node: fx.Node) -> bool:
@@ -116,8 +133,6 @@ def _function_name(node: fx.Node) -> str:
 
 def describe_node(node: fx.Node) -> str:
     """``call of _wrapped_x (moved from modeling_x.py:464) at modeling_x.py:622 in forward()``."""
-    from .diagnose import _short_path
-
     if node.op == "placeholder":
         what = f"input {node.target!r}"
     elif node.op == "call_module":
@@ -133,8 +148,7 @@ def describe_node(node: fx.Node) -> str:
         what = f"{node.op} {node.target}"
     source = node.meta.get("tz_source")
     if source:
-        filename, lineno, function = source
-        what += f" at {_short_path(filename)}:{lineno} in {function}()"
+        what += f" at {describe_source(source)}"
     return what
 
 

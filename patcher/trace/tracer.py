@@ -34,6 +34,7 @@ from .errors import (
     IgnoreMatchError,
     MissingTargetsError,
     SampleInputError,
+    SharedStateError,
     StateChangeError,
     TargetMatchError,
     TracingError,
@@ -51,7 +52,8 @@ from .leaf_outputs import (
     structured,
 )
 from .leaf_outputs import OUTPUT_KEYS, observed_output_keys
-from .liveness import check_inputs_reach_output, check_unused_inputs_known, record_source
+from .liveness import (check_inputs_reach_output, check_unused_inputs_known, describe_node, describe_source,
+                       model_source, record_source)
 from .hooks import (
     check_leaf_output_capture,
     check_no_global_hooks,
@@ -63,6 +65,7 @@ from .matching import REGEX_PREFIX, ModulePattern, match_modules, parse_patterns
 from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_queries
 from .moved_code import NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
+from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
 from .wrapped_state import apply_settings, call_with_settings, may_change_settings, observe_settled_settings
 
@@ -153,6 +156,9 @@ class SequentialTracer(fx.Tracer):
         self.failed_module_path: str | None = None
         self.traced_through: dict[str, None] = {}  # paths of the modules walked through, in call order
         self._constant_names: dict[int, str] = {}
+        # containers handed to modules the graph calls (see patcher.trace.shared_state), by identity:
+        # (the container, kept alive; the node of its value now; its contents then; where first handed)
+        self._states: dict[int, tuple[Any, fx.Node, Any, fx.Node]] = {}
         # devices read from `module.device` while tracing (by identity; kept alive) -> the module
         self._device_sources: dict[int, tuple[torch.device, nn.Module]] = {}
         self.sample_ranks: dict[str, int] = {}  # sample tensor -> its rank (the graph input's name)
@@ -206,7 +212,7 @@ class SequentialTracer(fx.Tracer):
         # iter(): torch before 2.13 gives reversed() an iterable, not an iterator
         last = next(iter(reversed(self.graph.nodes)), None)
         saved = (dict(self.ranks_read), dict(self.traced_through), self.failed_module_path,
-                 collections.OrderedDict(self.module_stack), dict(self.num_calls))
+                 collections.OrderedDict(self.module_stack), dict(self.num_calls), dict(self._states))
         self._cache_keys_added, outer_keys = [], self._cache_keys_added
         try:
             result = function(*args, **kwargs)
@@ -237,7 +243,8 @@ class SequentialTracer(fx.Tracer):
                 self.graph.erase_node(node)
             for cache, key in self._cache_keys_added:
                 cache.pop(key, None)
-            ranks, traced_through, self.failed_module_path, module_stack, num_calls = saved
+            ranks, traced_through, self.failed_module_path, module_stack, num_calls, states = saved
+            self._states = states
             self.ranks_read.clear()
             self.ranks_read.update(ranks)
             self.traced_through.clear()
@@ -347,6 +354,9 @@ class SequentialTracer(fx.Tracer):
             traced = self._trace_through(target, args, kwargs)
             if traced is not _NOT_TRACED_THROUGH:
                 return traced
+        if kind == "call_module":
+            args = tuple(self._handed(value) for value in args)
+            kwargs = {key: self._handed(value) for key, value in kwargs.items()}
         proxy = super().create_proxy(kind, target, args, kwargs, *rest, **options)
         record_source(proxy.node)
         if kind == "call_function":
@@ -365,6 +375,32 @@ class SequentialTracer(fx.Tracer):
             self._constant_names[id(value)] = name
             self.constants[name] = value
         return self.create_node("get_attr", name, (), {})
+
+    def _handed(self, value: Any) -> Any:
+        """An argument of a call of a module the graph calls: a container it could fill becomes the run's
+        own container, copied for this call if an earlier one got it (see :mod:`patcher.trace.shared_state`)."""
+        state = self._states.get(id(value))
+        if state is None or state[0] is not value:
+            if not can_be_state(value):
+                return value
+            node = self.create_node("call_function", new_state, (self._reference(copy_containers(value)),), {})
+            record_source(node)
+            self._states[id(value)] = (value, node, fingerprint(value), node)
+            return self.proxy(node)
+        node = self._state_now(state)
+        if node.users:  # an earlier call got it and may have changed it: this call gets a copy of that
+            node = self.create_node("call_function", handed_state, (node,), {})
+            record_source(node)
+            self._states[id(value)] = (value, node, state[2], state[3])
+        return self.proxy(node)
+
+    def _state_now(self, state: tuple[Any, fx.Node, Any, fx.Node]) -> fx.Node:
+        """The node of a handed container's value at this point of the run, if the traced code left it
+        as it was when the first module got it; else ``SharedStateError``."""
+        value, node, contents, first = state
+        if fingerprint(value) != contents:
+            raise SharedStateError(_changed_after_handing(value, first))
+        return node
 
     def module_device_read(self, module: nn.Module, device: Any) -> Any:
         """``module.device`` read by traced code: a fresh ``torch.device`` object whose identity
@@ -405,6 +441,9 @@ class SequentialTracer(fx.Tracer):
     def create_arg(self, a: Any):
         if isinstance(a, fx.Proxy):
             return a.node
+        state = self._states.get(id(a))
+        if state is not None and state[0] is a:  # a container modules the graph calls were handed
+            return self._state_now(state)
         if isinstance(a, Items):  # by reference: fx would rebuild a dataclass from its fields
             return self._reference(a)
         if type(a) in (_TracedThroughTuple, _TracedThroughDict):
@@ -443,6 +482,21 @@ class SequentialTracer(fx.Tracer):
             if _is_plain_object(a):
                 return self._reference(a)
             raise
+
+
+def _changed_after_handing(value: Any, first: fx.Node) -> str:
+    """What ``SharedStateError`` says, raised where the traced code hands the changed container on."""
+    kind = type(value).__name__
+    return (
+        f"a {kind} the forward hands to the modules the graph calls was changed by the traced code between "
+        f"{describe_node(next(iter(first.users), first))}, which got it first, and "
+        f"{describe_source(model_source())}, where it is handed on again.\n"
+        f"  why: those modules fill and read it when the graph runs, so the graph makes each run's own {kind} as "
+        "it was when the first of them got it and hands that on; a change made by the traced code afterwards "
+        "exists only while tracing, and the modules after it would not see it (a silent wrong result)\n"
+        f"  fix: change the {kind} before the first module gets it, or inside a module the graph calls (a "
+        "sequential target or an ignored module); see GUIDE.md#silent-wrong-results"
+    )
 
 
 #: how a proxy formats itself in an f-string: ``Proxy(<node name>)``
