@@ -80,8 +80,12 @@ def test_audio_tokens_are_what_the_audio_path_yields():
     from patcher.audio import fill_audio_ids
     from transformers import VoxtralForConditionalGeneration
 
+    # the class leaves audio_token_id None (checkpoints set it): the shrunk config has a free id, so a
+    # sample can be built from it alone, and there is nothing left to fill
+    assert VoxtralForConditionalGeneration.config_class().audio_token_id is None
     config = shrink_config(VoxtralForConditionalGeneration.config_class)
-    assert config.audio_token_id is None and fill_audio_ids(config, VoxtralForConditionalGeneration)
+    assert config.audio_token_id is not None and not fill_audio_ids(config, VoxtralForConditionalGeneration)
+    assert config.audio_token_id < config.text_config.vocab_size
     model = _build(VoxtralForConditionalGeneration, config, 0)
     sample = build_audio_sample(model, batch_size=2, seq_len=8, left_padding=1)
     per_row = (sample["input_ids"] == config.audio_token_id).sum(-1)

@@ -18,6 +18,7 @@ import copy
 import math
 from typing import Any
 
+from ..audio.tokens import TOKEN_FIELDS as _AUDIO_PLACEHOLDERS
 from ..config_tokens import ints, is_token_key, is_visual_id_key
 
 HIDDEN = 64
@@ -206,6 +207,10 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # audio-code table is tied to the depth decoder's, as wide as its backbone_hidden_size (the
     # checkpoint: both 2048)
     "csm": {"codec_config": {"codebook_size": VOCAB}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
+    # the fast Mamba path by default, which transformers 5.10 refuses on a CPU ("Fast Mamba kernels
+    # are not available ... set use_mamba_kernels=False"; tests/models/zamba sets it False); 5.17
+    # falls back to the PyTorch path by itself and later versions ignore the flag
+    "zamba": {"use_mamba_kernels": False},
     "musicgen": {"audio_encoder": {"codebook_size": VOCAB, "codebook_dim": HIDDEN,
                                    "target_bandwidths": [4 * 8 * 75 / 1000]}},
 }
@@ -378,11 +383,17 @@ class _Shrinker:
     def _fill_visual_ids(self, data: dict) -> None:
         """Image placeholder and marker ids that the class leaves None (MiniCPM-V: ``image_token_id``,
         ``image_start_id``, ...; the checkpoints set them from their tokenizer) get free ids: with the
-        placeholder None the model never looks at its pixels, so no image sample could reach it."""
-        if not _is_config(data.get("vision_config")):
-            return
-        for key in sorted(data):
-            if data[key] is None and is_visual_id_key(key):
+        placeholder None the model never looks at its pixels, so no image sample could reach it. The
+        same for the audio placeholder beside an audio sub-config (Voxtral's ``audio_token_id``): a
+        caller building an audio sample from the shrunk config alone (llm-compressor's tests) got
+        "the config names no audio_token_id"."""
+        if _is_config(data.get("vision_config")):
+            for key in sorted(data):
+                if data[key] is None and is_visual_id_key(key):
+                    data[key] = self.fresh_id()
+        if _is_config(data.get("audio_config")):
+            key = next((key for key in _AUDIO_PLACEHOLDERS if key in data), None)
+            if key is not None and data[key] is None:
                 data[key] = self.fresh_id()
 
     def _fill_vocabulary_map(self, data: dict) -> None:
@@ -893,9 +904,26 @@ def shrink_config(config_class: type, **overrides):
         _fill_class_fields(config, data)
         for key in ("transformers_version", "architectures", "_name_or_path"):
             data.pop(key, None)
+        _drop_sub_config_defaults(data)
         data.update(overrides)
         config = config_class.from_dict(data)
     return config
+
+
+#: Fields ``to_dict()`` writes into every sub-config at these values, which some sub-config classes
+#: refuse back (transformers 5.10's Dbrx attention and FFN configs: "Found unknown
+#: kwargs={'_name_or_path': '', 'output_attentions': False}"); left out, each is its default again.
+_SUB_CONFIG_DEFAULTS = {"_name_or_path": "", "output_attentions": False}
+
+
+def _drop_sub_config_defaults(data: dict) -> None:
+    for value in data.values():
+        for sub in (value if isinstance(value, list) else [value]):
+            if _is_config(sub):
+                for key, default in _SUB_CONFIG_DEFAULTS.items():
+                    if key in sub and sub[key] == default and type(sub[key]) is type(default):
+                        del sub[key]
+                _drop_sub_config_defaults(sub)
 
 
 def _with_vision(config_class: type):
