@@ -143,19 +143,23 @@ def config_defaults(model, accepted, given: dict[str, Any]) -> dict[str, Any]:
     return defaults
 
 
+#: Pixel inputs ``forward`` hands its feature method by position, under the method's own name:
+#: transformers 5.17's LLaVA-NeXT-Video ``get_video_features(pixel_values, ...)`` takes forward's
+#: ``pixel_values_videos``, Fuyu's ``get_image_features(pixel_values)`` its ``image_patches``.
+_PIXELS_BY_POSITION = {"pixel_values_videos": "pixel_values", "image_patches": "pixel_values"}
+
+
 def feature_method_inputs(model, method, pixel_inputs: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments ``forward`` would hand the feature ``method`` for ``pixel_inputs``
-    (named as ``forward`` takes them): those it accepts, its config defaults, and the video pixels
-    under the method's own name for them."""
+    (named as ``forward`` takes them): those it accepts, its config defaults, and the pixels under
+    the method's own name for them."""
     accepted = inspect.signature(method).parameters
     takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
     kwargs = {name: value for name, value in pixel_inputs.items() if name in accepted or takes_kwargs}
-    if "pixel_values_videos" in kwargs and "pixel_values_videos" not in accepted and "pixel_values" in accepted \
-            and "pixel_values" not in kwargs:
-        # forward passes its video pixels by position: transformers 5.17's LLaVA-NeXT-Video
-        # get_video_features names them pixel_values
-        kwargs["pixel_values"] = kwargs.pop("pixel_values_videos")
+    for name, own in _PIXELS_BY_POSITION.items():
+        if name in kwargs and name not in accepted and own in accepted and own not in kwargs:
+            kwargs[own] = kwargs.pop(name)
     kwargs.update(config_defaults(model, accepted, kwargs))
     return kwargs
 
