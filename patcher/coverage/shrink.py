@@ -370,6 +370,7 @@ class _Shrinker:
         self._fill_vocabulary_map(data)
         self._fix_merged_widths(original, data)
         self._fix_downsampled_window(original, data)
+        self._fix_parent_merged_image_size(original, data)
         return data
 
     def fresh_id(self) -> int:
@@ -454,6 +455,21 @@ class _Shrinker:
         for key, value in original.items():
             if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
                 data[key] = width * merge**2
+
+    @staticmethod
+    def _fix_parent_merged_image_size(original: dict, data: dict) -> None:
+        """A tower whose merge factor is its parent's ``spatial_merge_size`` (Mistral3's Pixtral)
+        keeps an image size of two merged patches a side, as a tower with its own factor does
+        (``_fix_groups``): cut to two patches, Pixtral's ``image_size`` (its largest image) was below
+        the image sample's sizes, which transformers 5.10 indexes its rotary table with (an
+        IndexError on every image). Never above the real size."""
+        merge, vision, real = data.get("spatial_merge_size"), data.get("vision_config"), original.get("vision_config")
+        if not _is_natural(merge) or merge < 2 or not isinstance(vision, dict) or not isinstance(real, dict) \
+                or _merge_factor(vision) > 1:
+            return
+        size, patch, real_size = vision.get("image_size"), vision.get("patch_size"), real.get("image_size")
+        if all(_is_natural(value) and value > 0 for value in (size, patch, real_size)):
+            vision["image_size"] = max(size, min(real_size, 2 * patch * merge))
 
     @staticmethod
     def _fix_patch_count_maps(data: dict) -> None:
@@ -931,8 +947,12 @@ def _with_vision(config_class: type):
     text-only unless given one), with the vision sub-config's own defaults: the tiny model gets its
     vision tower, so its image path can be checked."""
     config = config_class()
-    spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("vision_config")
-    if getattr(spec, "optional", False) and getattr(config, "vision_config", ...) is None:
+    defaults = getattr(config_class, "sub_configs_defaults", None)
+    if defaults is not None:
+        optional = getattr(defaults.get("vision_config"), "optional", False)
+    else:  # before transformers declared sub-config defaults (5.10): a vision sub-config class left None
+        optional = "vision_config" in (getattr(config_class, "sub_configs", None) or {})
+    if optional and getattr(config, "vision_config", ...) is None:
         try:
             return config_class(vision_config={})
         except Exception:  # noqa: BLE001  (no default vision config to build: stay text-only)
