@@ -36,3 +36,18 @@ def class_param(name: str, *values):
     values = values or (name,)
     marks = () if has_class(name) else pytest.mark.skip(reason=f"transformers {installed()} has no {name}")
     return pytest.param(*values, marks=marks, id=name if len(values) == 1 else None)
+
+
+def source_line(module: str, code: str) -> str:
+    """``"<file name>:<line>"`` of the one line of the installed transformers module ``module``
+    (``transformers.models.x.modeling_x``) that reads ``code`` (stripped), for expectations that
+    name a place in transformers' source: its lines move from release to release."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    path = inspect.getsourcefile(importlib.import_module(module))
+    lines = [number for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
+             if line.strip() == code]
+    assert len(lines) == 1, f"{module} has {len(lines)} lines reading {code!r}: the expectation needs updating"
+    return f"{Path(path).name}:{lines[0]}"
