@@ -56,6 +56,9 @@ def coverage_row(tmp_path_factory):
     rows: dict = {}
 
     def row(name: str):
+        from versions import require_classes
+
+        require_classes(name)
         if name not in rows:
             rows[name] = check_architecture(name, cache_dir=cache_dir)
         return rows[name]

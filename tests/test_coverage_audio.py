@@ -11,7 +11,7 @@ import torch
 from patcher.coverage import check_architecture
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.modalities.audio import AUDIO_ONLY
-from versions import class_param, source_line
+from versions import class_param, require_classes, source_line
 
 # what each adds to the slice
 WITH_AUDIO = {
@@ -177,6 +177,7 @@ def _tiny(name: str):
     from patcher.coverage.shrink import shrink_config
     from patcher.models import resolve_model_class
 
+    require_classes(name)
     cls = resolve_model_class(name)
     config = shrink_config(cls.config_class)
     fill_audio_ids(config, cls)
