@@ -455,6 +455,17 @@ class _Shrinker:
         for key, value in original.items():
             if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
                 data[key] = width * merge**2
+        # the text model's width times merge**2: MiniMax-M3-VL's merged_hidden_size, derived by the
+        # class, but kept from the real config by transformers 5.17 (its __post_init__ derives it
+        # before the stored value overrides it): the projector took 24576 features, not 4 * 64
+        text, real_text = data.get("text_config"), original.get("text_config")
+        text_width = text.get("hidden_size") if isinstance(text, dict) else None
+        real_text_width = real_text.get("hidden_size") if isinstance(real_text, dict) else None
+        if _is_natural(text_width) and _is_natural(real_text_width) and real_text_width > 0:
+            for key, value in original.items():
+                if isinstance(key, str) and key.startswith("merged_") and key.endswith("hidden_size") \
+                        and value == real_text_width * real_merge**2:
+                    data[key] = text_width * merge**2
 
     @staticmethod
     def _fix_parent_merged_image_size(original: dict, data: dict) -> None:
