@@ -31,8 +31,8 @@ def require_classes(*names: str) -> None:
 
 
 def class_param(name: str, *values):
-    """A ``pytest.param`` for a case of class ``name`` (and any further values), skipped, with the
-    reason, where the installed transformers lacks the class."""
+    """A ``pytest.param`` of ``values`` (default: ``name`` alone) for a case of class ``name``,
+    skipped, with the reason, where the installed transformers lacks the class."""
     values = values or (name,)
     marks = () if has_class(name) else pytest.mark.skip(reason=f"transformers {installed()} has no {name}")
     return pytest.param(*values, marks=marks, id=name if len(values) == 1 else None)
