@@ -16,6 +16,7 @@ every declared module once, on the first lookup that needs them.
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -77,6 +78,11 @@ def drop_in_for(cls: type) -> DropIn | None:
     load_collections()
     drop_in = _DROP_INS.get(cls.__name__)
     if drop_in is None or cls.__module__ == drop_in.package or cls.__module__.startswith(drop_in.package + "."):
+        return None
+    # under another transformers than its files were generated for, the package hands out a class of
+    # a module regenerated outside it (zoo/_loader.py), which is the drop-in all the same
+    package = sys.modules.get(drop_in.package)
+    if package is not None and vars(package).get(drop_in.name) is cls:
         return None
     return drop_in
 

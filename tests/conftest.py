@@ -23,6 +23,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # that runs on the GPU: the `device`-parametrized ones and those marked by hand.
 DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.gpu)] if torch.cuda.is_available() else [])
 
+#: The slice CI runs on every transformers of its matrix (``.ci/run``, ``pytest -m versions``): tiny
+#: random models of many architectures, text and images, the silent-wrong and exactness checks, and
+#: the zoo regenerated for that version. Node id prefixes, from the repository root.
+VERSIONS_SLICE = (
+    "tests/zoo/",
+    "tests/test_text_equivalence.py::",
+    "tests/test_coverage.py::test_architecture_traces_and_equals_eager[",
+    "tests/test_coverage_images.py::",
+    "tests/verify/",
+    "tests/silent_wrong/",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(VERSIONS_SLICE):
+            item.add_marker(pytest.mark.versions)
+
 
 def pytest_generate_tests(metafunc):
     # A plain parameter, not a fixture: hypothesis tests may take it too.
@@ -40,6 +58,9 @@ def coverage_row(tmp_path_factory):
     rows: dict = {}
 
     def row(name: str):
+        from versions import require_classes
+
+        require_classes(name)
         if name not in rows:
             rows[name] = check_architecture(name, cache_dir=cache_dir)
         return rows[name]

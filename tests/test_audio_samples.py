@@ -9,6 +9,7 @@ from patcher.audio import build_audio_sample, fill_audio_ids, with_other_audio
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.check import _build
 from patcher.coverage.shrink import shrink_config
+from versions import require_classes
 
 
 def _tiny(cls):
@@ -23,6 +24,7 @@ def _logits(model, sample):
 
 
 def test_stacked_frames_widen_each_feature_frame():
+    require_classes("FunAsrNanoForConditionalGeneration")
     from transformers import FunAsrNanoForConditionalGeneration
 
     config, model = _tiny(FunAsrNanoForConditionalGeneration)
@@ -32,6 +34,7 @@ def test_stacked_frames_widen_each_feature_frame():
 
 
 def test_clip_lengths_in_waveform_samples_match_the_frames():
+    require_classes("Dots3NoteForConditionalGeneration")
     from transformers import Dots3NoteForConditionalGeneration
 
     config, model = _tiny(Dots3NoteForConditionalGeneration)
@@ -54,6 +57,7 @@ def test_feature_counts_told_to_the_model_match_its_audio_tokens():
 
 def test_a_fastconformer_subsampling_carries_the_clip_to_the_logits():
     # three stacked convolutions at std 0.02 under woken biases left ~1e-6 of the clip in the logits
+    require_classes("CanaryForConditionalGeneration")
     from transformers import CanaryForConditionalGeneration
 
     _config, model = _tiny(CanaryForConditionalGeneration)

@@ -8,6 +8,7 @@ architectures that really pass are listed here; the full sweep's report lists th
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -20,6 +21,7 @@ from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
 from patcher.coverage.sweep_samples import coverage_text_sample, special_tokens
 from patcher.coverage.shrink import MIN_INIT_STD
+from versions import class_param, require_classes
 
 # Diverse on purpose: dense, GQA, MoE, MLA, sliding windows, alternating layer types, encoder-decoder,
 # old-style blocks (Bloom, GPT-NeoX, Falcon, OPT), Mamba hybrids (Bamba, Zamba2 with nested layer
@@ -67,14 +69,33 @@ MUST_BE_EQUAL = [
 MULTIMODAL = {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"}
 
 
+def _dbrx_router_takes_the_ffn_width() -> bool:
+    from transformers.models.dbrx import modeling_dbrx
+
+    return "self.hidden_size = config.ffn_hidden_size" in inspect.getsource(modeling_dbrx.DbrxRouter.__init__)
+
+
+#: Rows the installed transformers' own code cannot run, read from its source: ``name -> (test of the
+#: installed source, stage, error, why)``; the row must fail there, loudly, for that reason.
+BROKEN_UPSTREAM = {
+    "DbrxForCausalLM": (_dbrx_router_takes_the_ffn_width, "eager", "mat1 and mat2 shapes cannot be multiplied",
+                        "transformers 5.10's DbrxRouter is a Linear over ffn_hidden_size features, but the layer "
+                        "hands it the hidden states (no real checkpoint loads either); 5.17 reads hidden_size"),
+}
+
+
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("generated")
 
 
-@pytest.mark.parametrize("name", MUST_BE_EQUAL)
+@pytest.mark.parametrize("name", [class_param(name) for name in MUST_BE_EQUAL])
 def test_architecture_traces_and_equals_eager(name, cache_dir):
     row = check_architecture(name, cache_dir=cache_dir)
+    if name in BROKEN_UPSTREAM and BROKEN_UPSTREAM[name][0]():
+        _, stage, error, _why = BROKEN_UPSTREAM[name]
+        assert not row.built and row.stage == stage and error in row.error, (row.stage, row.error)
+        return
     assert row.built, (row.stage, row.error)
     assert row.text.traced, (row.text.stage, row.text.error, row.text.blocker_location)
     assert row.text.subgraphs == row.text.expected >= 2, row.text
@@ -129,6 +150,7 @@ def test_shrinking_keeps_pooled_image_tokens_within_the_patch_grid():
 
 
 def test_shrinking_keeps_a_pixel_shuffle_of_the_vision_config_at_least_a_token_wide():
+    require_classes("GraniteDoclingConfig")
     # Granite-Docling's connector (in the tower) shuffles pixels by vision_config.scale_factor: a tower
     # of 2 patches a side under a factor of 4 shuffled to 0 columns (an eager error on every image)
     vision = shrink_config(transformers.GraniteDoclingConfig).vision_config
@@ -138,6 +160,7 @@ def test_shrinking_keeps_a_pixel_shuffle_of_the_vision_config_at_least_a_token_w
 
 
 def test_shrinking_keeps_a_merged_patch_width_the_tower_width_times_the_merge():
+    require_classes("MuseGlimmerConfig")
     # MuseGlimmer's adapter takes out_hidden_size = vision hidden * merge_size**2 features (pixel shuffle)
     config = shrink_config(transformers.MuseGlimmerConfig)
     assert config.out_hidden_size == config.vision_config.hidden_size * config.vision_config.merge_size**2
@@ -146,6 +169,7 @@ def test_shrinking_keeps_a_merged_patch_width_the_tower_width_times_the_merge():
 
 
 def test_shrinking_keeps_the_sam_neck_as_wide_as_the_tower_after_it():
+    require_classes("UnlimitedOcrConfig")
     # Unlimited-OCR feeds SAM's neck (downsample_channels[-1] channels) to CLIP as its patch embeddings
     real = transformers.UnlimitedOcrConfig().vision_config
     vision = shrink_config(transformers.UnlimitedOcrConfig).vision_config
@@ -179,9 +203,9 @@ def test_shrinking_renumbers_layer_index_lists():
         assert indexes and all(0 <= i < vision.depth for i in indexes)
 
 
-@pytest.mark.parametrize("name", ["BltForCausalLM", "FlaubertWithLMHeadModel", "Florence2ForConditionalGeneration",
-                                  "JanusForConditionalGeneration", "MuseSparkForConditionalGeneration",
-                                  "VibeVoiceForConditionalGeneration", "VibeVoiceAsrForConditionalGeneration"])
+@pytest.mark.parametrize("name", [class_param(name) for name in (
+    "BltForCausalLM", "FlaubertWithLMHeadModel", "Florence2ForConditionalGeneration", "JanusForConditionalGeneration",
+    "MuseSparkForConditionalGeneration", "VibeVoiceForConditionalGeneration", "VibeVoiceAsrForConditionalGeneration")])
 def test_shrinking_lowers_conv_stacks_stage_widths_and_hashed_vocabularies(name):
     # over 50M parameters after shrinking before: VQGAN/audio-tokenizer base channels doubled stage by
     # stage, per-stage width lists, emb_dim, BLT's 500002-entry hash vocabulary
@@ -210,13 +234,16 @@ def test_shrinking_keeps_kv_sharing_layers_of_every_kind():
     assert 0 < config.num_kv_shared_layers < config.num_hidden_layers <= 4
     first_shared = config.num_hidden_layers - config.num_kv_shared_layers
     assert set(config.layer_types[:first_shared]) == set(config.layer_types[first_shared:]) == set(real.layer_types)
-    assert "reuse" in config.kv_sharing_modes  # raises on an inconsistent config
+    if hasattr(type(config), "kv_sharing_modes"):  # transformers' own check, where it has one (not 5.10's)
+        assert "reuse" in config.kv_sharing_modes  # raises on an inconsistent config
 
 
 def test_shrinking_keeps_a_shared_block_in_two_layers():
-    # Zamba's hybrid layers call one shared attention block, tied by a key that needs a second one
+    # Zamba's hybrid layers call one shared attention block, tied by a key that needs a second one;
+    # the other kind ("linear_attention", "mamba" in transformers 5.10) is kept too
     config = shrink_config(transformers.ZambaConfig)
-    assert config.layers_block_type.count("hybrid") == 2 and "linear_attention" in config.layers_block_type
+    assert config.layers_block_type.count("hybrid") == 2
+    assert set(config.layers_block_type) == set(transformers.ZambaConfig().layers_block_type)
 
 
 def test_shrinking_fills_what_the_class_leaves_none_and_the_modeling_needs():
@@ -225,12 +252,17 @@ def test_shrinking_fills_what_the_class_leaves_none_and_the_modeling_needs():
     assert set(shrink_config(transformers.Lfm2MoeConfig).layer_types) == {"full_attention", "conv"}
     dots1 = shrink_config(transformers.Dots1Config)
     assert dots1.n_routed_experts and dots1.n_shared_experts and 0 < dots1.num_experts_per_tok <= dots1.n_routed_experts
-    compass = shrink_config(transformers.CohereCompassTextConfig)
-    assert {"rope_type", "rope_theta"} <= set(compass.rope_parameters["full_attention"])
     assert shrink_config(transformers.XmodConfig).default_language in transformers.XmodConfig().languages
 
 
+def test_shrinking_fills_rope_parameters_per_layer_type():
+    require_classes("CohereCompassTextConfig")
+    compass = shrink_config(transformers.CohereCompassTextConfig)
+    assert {"rope_type", "rope_theta"} <= set(compass.rope_parameters["full_attention"])
+
+
 def test_shrinking_keeps_a_top_k_named_like_a_token_a_count():
+    require_classes("BailingHybridConfig")
     # "num_experts_per_token" ends like a token-id field; kept at 8 it picked 8 of 4 experts
     config = shrink_config(transformers.BailingHybridConfig)
     assert 0 < config.num_experts_per_tok <= config.num_experts
@@ -241,10 +273,18 @@ def test_shrinking_keeps_head_relations_the_modeling_code_assumes():
     # Helium's o_proj takes hidden_size inputs from heads * head_dim features
     helium = shrink_config(transformers.HeliumConfig)
     assert helium.num_attention_heads * helium.head_dim == helium.hidden_size
+
+
+def test_shrinking_keeps_an_indexer_head_wider_than_its_rotary_part():
     # DeepSeek-V3.2's indexer heads split into a rotary part and a rest
+    require_classes("DeepseekV32Config")
     v32 = shrink_config(transformers.DeepseekV32Config)
     assert v32.index_head_dim > v32.qk_rope_head_dim
+
+
+def test_shrinking_keeps_per_layer_head_overrides_consistent():
     # Dots 3's sliding layers override heads and head dims: kv heads stay the heads, head_dim nope + rope
+    require_classes("Dots3NoteConfig")
     dots3 = shrink_config(transformers.Dots3NoteConfig).text_config
     for layer_type in set(dots3.layer_types):
         layer = dots3.per_layer_config[layer_type]
@@ -252,6 +292,7 @@ def test_shrinking_keeps_head_relations_the_modeling_code_assumes():
 
 
 def test_shrinking_keeps_an_adapter_feature_layer_inside_the_tower():
+    require_classes("Molmo2Config")
     config = shrink_config(transformers.Molmo2Config)
     layers = config.adapter_config.vision_feature_layer
     assert len(set(layers)) == len(layers) == 2
@@ -376,6 +417,7 @@ def test_shrinking_keeps_vision_feature_layers_inside_the_shrunk_tower():
 def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
     # Kimi-K2.5's projector normalises vision features of `projection_hidden_size` (the real tower's
     # 1152): kept while the tower shrank, the eager image path could not run.
+    require_classes("Kimi_K25Config")
     config = shrink_config(transformers.Kimi_K25Config)
     assert config.projection_hidden_size == config.vision_config.hidden_size
 
@@ -383,6 +425,7 @@ def test_shrinking_lowers_a_projector_width_named_after_the_vision_width():
 def test_shrinking_gives_image_placeholders_and_markers_left_none_free_ids():
     # MiniCPM-V's config classes leave image_token_id (and 4.7's <image>/<slice>/newline marker ids)
     # None, set from the tokenizer in checkpoints: with None the model never reads its pixels.
+    require_classes("MiniCPMV4_7Config")
     config = shrink_config(transformers.MiniCPMV4_7Config)
     names = ("image_token_id", "video_token_id", "image_start_id", "image_end_id", "slice_start_id",
              "slice_end_id", "newline_id")
@@ -517,6 +560,7 @@ def test_shrinking_cuts_per_layer_kinds_of_a_config_without_a_count_field():
     # 52 kinds and no count field, and was left at 52 layers (the row timed out)
     from patcher.models import resolve_model_class
 
+    require_classes("Nemotron3_5TranscribeForConditionalGeneration")
     real = resolve_model_class("Nemotron3_5TranscribeForConditionalGeneration").config_class().text_config
     text = shrink_config(resolve_model_class("Nemotron3_5TranscribeForConditionalGeneration").config_class).text_config
     assert len(real.layers_block_type) > 10 and "num_hidden_layers" not in real.to_dict()

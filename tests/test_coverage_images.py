@@ -11,6 +11,7 @@ from patcher.coverage import check_architecture
 from patcher.coverage.check import NO_TOWER
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.modalities.images import NEEDS_IMAGES
+from versions import class_param
 
 # layout in brackets: what each adds to the slice
 WITH_IMAGES = [
@@ -53,7 +54,7 @@ NEED_IMAGES = {"Blip2ForConditionalGeneration": "pixel_values", "InstructBlipFor
                "Kosmos2ForConditionalGeneration": "pixel_values"}
 
 
-@pytest.mark.parametrize("name", WITH_IMAGES)
+@pytest.mark.parametrize("name", [class_param(name) for name in WITH_IMAGES])
 def test_traces_with_images_and_equals_eager(name, coverage_row):
     row = coverage_row(name)
     images = row.multimodal
@@ -105,7 +106,7 @@ VISION_BLOCKS_FAIL: dict[str, tuple[str, str, str]] = {}
 WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration"}
 
 
-@pytest.mark.parametrize("name", WITH_IMAGES)
+@pytest.mark.parametrize("name", [class_param(name) for name in WITH_IMAGES])
 def test_vision_blocks_then_text_layers_equal_eager(name, coverage_row):
     # The sweep's vision-blocks attempt: the tower's blocks (found like the decoder layers) and the
     # text layers in one chain, one subgraph per block, exact on both image layouts.
@@ -244,10 +245,11 @@ def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_
 
 
 @pytest.mark.parametrize("name, takes_images", [
-    ("Mistral4ForCausalLM", False),             # in the mapping, a text model
-    ("FuyuForCausalLM", True),                  # pixels, but no vision_config
-    ("Kosmos2_5ForConditionalGeneration", True),  # flattened_patches
-    ("DiffusionGemmaForBlockDiffusion", True),  # a vision config, images as precomputed encoder outputs
+    class_param("Mistral4ForCausalLM", "Mistral4ForCausalLM", False),  # in the mapping, a text model
+    class_param("FuyuForCausalLM", "FuyuForCausalLM", True),  # pixels, but no vision_config
+    class_param("Kosmos2_5ForConditionalGeneration", "Kosmos2_5ForConditionalGeneration", True),  # flattened_patches
+    # a vision config, images as precomputed encoder outputs
+    class_param("DiffusionGemmaForBlockDiffusion", "DiffusionGemmaForBlockDiffusion", True),
 ])
 def test_image_path_is_a_pixel_input_or_a_vision_config(name, takes_images):
     import transformers

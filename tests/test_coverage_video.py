@@ -12,6 +12,7 @@ from patcher.coverage.check import Attempt, CoverageRow, _build, tensor_diff
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.modalities.images import NEEDS_IMAGES, with_other_pixels
 from patcher.coverage.shrink import shrink_config
+from patcher.images.tokens import feature_method_inputs
 from patcher.models import resolve_model_class
 from patcher.videos import second_video_layout, video_layout_for, video_sample, video_token_id
 
@@ -57,8 +58,9 @@ def test_video_tokens_are_what_the_video_path_yields_and_the_video_reaches_the_l
     sample = video_sample(config, batch_size=2, seq_len=5, left_padding=2, model=model,
                           generator=torch.Generator().manual_seed(4), **keywords)
     pixels = {key: value for key, value in sample.items() if key.startswith(("pixel", "video_grid"))}
+    method = model.model.get_video_features
     with torch.no_grad():
-        features = model.model.get_video_features(**pixels).pooler_output
+        features = method(**feature_method_inputs(model, method, pixels)).pooler_output  # as forward calls it
     total = sum(item.shape[0] for item in features) if isinstance(features, (list, tuple)) else \
         features.reshape(-1, features.shape[-1]).shape[0]
     counts = (sample["input_ids"] == video_token_id(config)).sum(-1)

@@ -77,16 +77,25 @@ def vanished_rewrites(old: dict, new: dict) -> list[str]:
     return lines
 
 
-def _regenerate(entry: str, manifest: dict):
+def regenerate(entry: str, manifest: dict | None = None):
+    """``(module, vanished)``: ``entry`` generated from its recipe for the installed transformers,
+    imported from :func:`regeneration_dir`, every export of the recipe checked to be in it, and the
+    committed rewrites that no longer apply (:func:`vanished_rewrites`). Raises
+    :class:`ZooRegenerationError` naming those rewrites when any step fails."""
     from patcher.traceable import import_generated
 
+    from ._entries import recipe
     from ._generate import generate
 
+    manifest = manifest if manifest is not None else committed_manifest(entry)
     installed = installed_transformers_version()
     generated = None
     try:
         generated = generate(entry)
         module = import_generated(generated.result.code, source_stem(entry), regeneration_dir(entry, installed))
+        missing = [name for name in recipe(entry).exports.values() if not hasattr(module, name)]
+        if missing:
+            raise AttributeError(f"the regenerated module defines no {', '.join(missing)}")
     except Exception as exc:
         vanished = vanished_rewrites(manifest, generated.result.manifest) if generated else []
         detail = "\n".join(f"  - {line}" for line in vanished) or "  (no committed rewrite could be checked)"
@@ -96,7 +105,12 @@ def _regenerate(entry: str, manifest: dict):
             f"Rewrites that no longer apply:\n{detail}\n"
             f"Install transformers=={manifest['transformers_version']} or update {recipe_file(entry)}."
         ) from exc
-    vanished = vanished_rewrites(manifest, generated.result.manifest)
+    return module, vanished_rewrites(manifest, generated.result.manifest)
+
+
+def _regenerate(entry: str, manifest: dict):
+    module, vanished = regenerate(entry, manifest)
+    installed = installed_transformers_version()
     note = f" {len(vanished)} committed rewrite(s) no longer apply: " + "; ".join(vanished) if vanished else ""
     warnings.warn(
         f"tracezoo: zoo entry {entry!r} was generated for transformers {manifest['transformers_version']} but "

@@ -86,14 +86,16 @@ def find_layers(model: nn.Module) -> tuple[list[str], str | None]:
              if isinstance(module, nn.ModuleList) and len(module)
              and all(any(True for _ in child.parameters()) for child in module)
              and not all(isinstance(child, nn.ModuleList) for child in module)]
+    root = decoder
     if decoder is not model and not lists:
+        root = model
         lists = [(name, module) for name, module in model.named_modules()
                  if isinstance(module, nn.ModuleList) and len(module)]
     chosen = [item for item in lists if count is not None and len(item[1]) == count]
     if not chosen:
         chosen = sorted(lists, key=lambda item: -len(item[1]))[:1]
     if chosen:
-        chosen.sort(key=lambda item: item[0].count("."))
+        chosen.sort(key=lambda item: (item[0].count("."), not _in_text_model(root, item[0], model.config)))
         path, module_list = chosen[0]
         if decoder is not model:
             prefix = next((name for name, module in model.named_modules() if module is decoder), "")
@@ -106,6 +108,19 @@ def find_layers(model: nn.Module) -> tuple[list[str], str | None]:
     from ..attempt import default_targets
 
     return default_targets(model), None
+
+
+def _in_text_model(root: nn.Module, path: str, config) -> bool:
+    """Is the module list at ``path`` (under ``root``) held by a module built from the text config?
+    Where ``get_decoder`` finds no decoder (transformers 5.10's Qwen2.5-Omni thinker), the audio
+    tower's and the vision tower's block lists are as long and as deep as the text model's layers,
+    and came first."""
+    try:
+        text = config.get_text_config(decoder=True)
+    except Exception:  # noqa: BLE001
+        return False
+    owner = root.get_submodule(path.rpartition(".")[0]) if "." in path else root
+    return type(getattr(owner, "config", None)) is type(text) and owner is not root
 
 
 def count_target_calls(model: nn.Module, targets: list[str], run) -> int:

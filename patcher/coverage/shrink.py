@@ -18,6 +18,7 @@ import copy
 import math
 from typing import Any
 
+from ..audio.tokens import TOKEN_FIELDS as _AUDIO_PLACEHOLDERS
 from ..config_tokens import ints, is_token_key, is_visual_id_key
 from ..timm_towers import MODEL_ARGS, timm_level
 from .shrink_timm import shrink_timm_level
@@ -208,6 +209,10 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     # audio-code table is tied to the depth decoder's, as wide as its backbone_hidden_size (the
     # checkpoint: both 2048)
     "csm": {"codec_config": {"codebook_size": VOCAB}, "depth_decoder_config": {"backbone_hidden_size": HIDDEN}},
+    # the fast Mamba path by default, which transformers 5.10 refuses on a CPU ("Fast Mamba kernels
+    # are not available ... set use_mamba_kernels=False"; tests/models/zamba sets it False); 5.17
+    # falls back to the PyTorch path by itself and later versions ignore the flag
+    "zamba": {"use_mamba_kernels": False},
     "musicgen": {"audio_encoder": {"codebook_size": VOCAB, "codebook_dim": HIDDEN,
                                    "target_bandwidths": [4 * 8 * 75 / 1000]}},
 }
@@ -369,6 +374,7 @@ class _Shrinker:
         self._fill_vocabulary_map(data)
         self._fix_merged_widths(original, data)
         self._fix_downsampled_window(original, data)
+        self._fix_parent_merged_image_size(original, data)
         shrink_timm_level(original, data, self._scalar)
         return data
 
@@ -383,11 +389,17 @@ class _Shrinker:
     def _fill_visual_ids(self, data: dict) -> None:
         """Image placeholder and marker ids that the class leaves None (MiniCPM-V: ``image_token_id``,
         ``image_start_id``, ...; the checkpoints set them from their tokenizer) get free ids: with the
-        placeholder None the model never looks at its pixels, so no image sample could reach it."""
-        if not _is_config(data.get("vision_config")):
-            return
-        for key in sorted(data):
-            if data[key] is None and is_visual_id_key(key):
+        placeholder None the model never looks at its pixels, so no image sample could reach it. The
+        same for the audio placeholder beside an audio sub-config (Voxtral's ``audio_token_id``): a
+        caller building an audio sample from the shrunk config alone (llm-compressor's tests) got
+        "the config names no audio_token_id"."""
+        if _is_config(data.get("vision_config")):
+            for key in sorted(data):
+                if data[key] is None and is_visual_id_key(key):
+                    data[key] = self.fresh_id()
+        if _is_config(data.get("audio_config")):
+            key = next((key for key in _AUDIO_PLACEHOLDERS if key in data), None)
+            if key is not None and data[key] is None:
                 data[key] = self.fresh_id()
 
     def _fill_vocabulary_map(self, data: dict) -> None:
@@ -448,6 +460,32 @@ class _Shrinker:
         for key, value in original.items():
             if key in _WIDTH and key != "hidden_size" and value == real_width * real_merge**2:
                 data[key] = width * merge**2
+        # the text model's width times merge**2: MiniMax-M3-VL's merged_hidden_size, derived by the
+        # class, but kept from the real config by transformers 5.17 (its __post_init__ derives it
+        # before the stored value overrides it): the projector took 24576 features, not 4 * 64
+        text, real_text = data.get("text_config"), original.get("text_config")
+        text_width = text.get("hidden_size") if isinstance(text, dict) else None
+        real_text_width = real_text.get("hidden_size") if isinstance(real_text, dict) else None
+        if _is_natural(text_width) and _is_natural(real_text_width) and real_text_width > 0:
+            for key, value in original.items():
+                if isinstance(key, str) and key.startswith("merged_") and key.endswith("hidden_size") \
+                        and value == real_text_width * real_merge**2:
+                    data[key] = text_width * merge**2
+
+    @staticmethod
+    def _fix_parent_merged_image_size(original: dict, data: dict) -> None:
+        """A tower whose merge factor is its parent's ``spatial_merge_size`` (Mistral3's Pixtral)
+        keeps an image size of two merged patches a side, as a tower with its own factor does
+        (``_fix_groups``): cut to two patches, Pixtral's ``image_size`` (its largest image) was below
+        the image sample's sizes, which transformers 5.10 indexes its rotary table with (an
+        IndexError on every image). Never above the real size."""
+        merge, vision, real = data.get("spatial_merge_size"), data.get("vision_config"), original.get("vision_config")
+        if not _is_natural(merge) or merge < 2 or not isinstance(vision, dict) or not isinstance(real, dict) \
+                or _merge_factor(vision) > 1:
+            return
+        size, patch, real_size = vision.get("image_size"), vision.get("patch_size"), real.get("image_size")
+        if all(_is_natural(value) and value > 0 for value in (size, patch, real_size)):
+            vision["image_size"] = max(size, min(real_size, 2 * patch * merge))
 
     @staticmethod
     def _fix_patch_count_maps(data: dict) -> None:
@@ -898,6 +936,7 @@ def shrink_config(config_class: type, **overrides):
         _fill_class_fields(config, data)
         for key in ("transformers_version", "architectures", "_name_or_path"):
             data.pop(key, None)
+        _drop_sub_config_defaults(data)
         data.update(overrides)
         config = config_class.from_dict(data)
     return config
@@ -918,6 +957,22 @@ CHECKPOINT_VISION_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Fields ``to_dict()`` writes into every sub-config at these values, which some sub-config classes
+#: refuse back (transformers 5.10's Dbrx attention and FFN configs: "Found unknown
+#: kwargs={'_name_or_path': '', 'output_attentions': False}"); left out, each is its default again.
+_SUB_CONFIG_DEFAULTS = {"_name_or_path": "", "output_attentions": False}
+
+
+def _drop_sub_config_defaults(data: dict) -> None:
+    for value in data.values():
+        for sub in (value if isinstance(value, list) else [value]):
+            if _is_config(sub):
+                for key, default in _SUB_CONFIG_DEFAULTS.items():
+                    if key in sub and sub[key] == default and type(sub[key]) is type(default):
+                        del sub[key]
+                _drop_sub_config_defaults(sub)
+
+
 def _with_vision(config_class: type):
     """The class's defaults; where those leave out an optional vision sub-config (Gemma 4 builds
     text-only unless given one), with the vision sub-config's own defaults: the tiny model gets its
@@ -927,8 +982,12 @@ def _with_vision(config_class: type):
     if checkpoint is not None:
         return config_class(vision_config=copy.deepcopy(checkpoint))
     config = config_class()
-    spec = (getattr(config_class, "sub_configs_defaults", None) or {}).get("vision_config")
-    if getattr(spec, "optional", False) and getattr(config, "vision_config", ...) is None:
+    defaults = getattr(config_class, "sub_configs_defaults", None)
+    if defaults is not None:
+        optional = getattr(defaults.get("vision_config"), "optional", False)
+    else:  # before transformers declared sub-config defaults (5.10): a vision sub-config class left None
+        optional = "vision_config" in (getattr(config_class, "sub_configs", None) or {})
+    if optional and getattr(config, "vision_config", ...) is None:
         try:
             return config_class(vision_config={})
         except Exception:  # noqa: BLE001  (no default vision config to build: stay text-only)

@@ -38,7 +38,10 @@ def patch_count(config, size) -> int:
 def pixels(config, sizes, generator, dtype, accepted, rows) -> dict[str, torch.Tensor]:
     dim = num_channels(config) * _patch(config) ** 2
     total = sum(patch_count(config, size) for size in sizes)
-    return {"pixel_values": torch.randn(total, dim, generator=generator).to(dtype)}
+    # transformers 5.17 and older name them image_patches: their forward's **kwargs took
+    # pixel_values without a word, and the model never saw the image
+    name = "image_patches" if "pixel_values" not in accepted and "image_patches" in accepted else "pixel_values"
+    return {name: torch.randn(total, dim, generator=generator).to(dtype)}
 
 
 LAYOUT = register_layout(ImageLayout(

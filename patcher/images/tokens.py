@@ -119,6 +119,51 @@ def _features(output: Any):
     return output
 
 
+#: Arguments a model's ``forward`` fills from its config when they are None
+#: (transformers' ``merge_with_config_defaults``) and hands on to the feature methods, which do not
+#: fill them themselves in every release: in transformers 5.17, Llama 4's ``get_image_features``
+#: requires ``vision_feature_select_strategy`` and LLaVA-NeXT-Video's ``get_video_features`` iterates
+#: a ``vision_feature_layer`` that defaults to None. Called alone, they get what ``forward`` gives.
+CONFIG_DEFAULT_ARGUMENTS = ("vision_feature_layer", "vision_feature_select_strategy", "vision_aspect_ratio")
+
+
+def config_defaults(model, accepted, given: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`CONFIG_DEFAULT_ARGUMENTS` a feature method takes (``accepted``: its parameters)
+    and ``given`` leaves out or None: the model config's value, else None where the method requires
+    the argument (``forward`` hands on its own, None by default: Llama 4's config has no
+    ``vision_feature_select_strategy``, and its ``get_image_features`` ignores it)."""
+    config = getattr(model, "config", None)
+    defaults = {}
+    for name in CONFIG_DEFAULT_ARGUMENTS:
+        if name not in accepted or given.get(name) is not None:
+            continue
+        value = getattr(config, name, None)
+        if value is not None or accepted[name].default is inspect.Parameter.empty:
+            defaults[name] = value
+    return defaults
+
+
+#: Pixel inputs ``forward`` hands its feature method by position, under the method's own name:
+#: transformers 5.17's LLaVA-NeXT-Video ``get_video_features(pixel_values, ...)`` takes forward's
+#: ``pixel_values_videos``, Fuyu's ``get_image_features(pixel_values)`` its ``image_patches``.
+_PIXELS_BY_POSITION = {"pixel_values_videos": "pixel_values", "image_patches": "pixel_values"}
+
+
+def feature_method_inputs(model, method, pixel_inputs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``forward`` would hand the feature ``method`` for ``pixel_inputs``
+    (named as ``forward`` takes them): those it accepts, its config defaults, and the pixels under
+    the method's own name for them."""
+    accepted = inspect.signature(method).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
+    kwargs = {name: value for name, value in pixel_inputs.items() if name in accepted or takes_kwargs}
+    for name, own in _PIXELS_BY_POSITION.items():
+        if name in kwargs and name not in accepted and own in accepted and own not in kwargs:
+            kwargs[own] = kwargs.pop(name)
+    kwargs.update(config_defaults(model, accepted, kwargs))
+    return kwargs
+
+
 def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int,
                        method_name: str = "get_image_features") -> int:
     """Run the model's own vision path (``get_image_features``; ``get_video_features`` for videos)
@@ -129,9 +174,7 @@ def features_per_image(model, pixel_inputs: dict[str, Any], num_images: int,
     if method is None:
         raise ValueError(f"{type(model).__name__} has no {method_name}: pass the image token count instead")
     accepted = inspect.signature(method).parameters
-    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    # a pass-through `get_image_features(*args, **kwargs)` (MiniCPM's outer class) takes everything
-    kwargs = {name: value for name, value in pixel_inputs.items() if name in accepted or takes_kwargs}
+    kwargs = feature_method_inputs(model, method, pixel_inputs)
     with torch.no_grad():
         try:
             output = method(**kwargs)

@@ -136,9 +136,11 @@ def writes_first(name: str, stmts, untaken_keeps: bool = True) -> bool:
     """Does running `stmts` bind `name` before any read of it (so its old value is never needed,
     except as what a loop that never runs or an `if` that is not taken would leave)?
 
-    `untaken_keeps=False`: an `if` without `else` that binds the name first counts too (for a
-    name that may be unbound before: there is no old value to keep)."""
-    for stmt in stmts:
+    `untaken_keeps=False`: an `if` without `else` that binds the name first counts too, and so
+    does a branch that does not use the name at all when nothing after it reads it (for a name that
+    may be unbound before: there is no old value to keep; UDOP's `if/elif/.../else` in transformers
+    5.10 binds `err_msg_prefix` only in its raising `else`, and a sibling branch before the chain)."""
+    for index, stmt in enumerate(stmts):
         if isinstance(stmt, cst.SimpleStatementLine):
             use = name_use(stmt)
             if name in use.reads:
@@ -166,6 +168,18 @@ def writes_first(name: str, stmts, untaken_keeps: bool = True) -> bool:
                 # not taken: the old value stays (unless there may be none)
                 return not untaken_keeps and writes_first(name, _body(stmt), untaken_keeps)
             other = [stmt.orelse] if isinstance(stmt.orelse, cst.If) else _body(stmt.orelse)
-            return writes_first(name, _body(stmt), untaken_keeps) and writes_first(name, other, untaken_keeps)
+            if untaken_keeps:
+                return writes_first(name, _body(stmt), untaken_keeps) and writes_first(name, other, untaken_keeps)
+            rest = stmts[index + 1:]
+            unused_after = not rest or name not in name_use(*rest).reads
+            return all(writes_first(name, branch, untaken_keeps) or (unused_after and not _mentions(name, branch))
+                       for branch in (_body(stmt), other))
         return False
     return False
+
+
+def _mentions(name: str, stmts) -> bool:
+    if not stmts:
+        return False
+    use = name_use(*stmts)
+    return name in use.reads or name in use.writes

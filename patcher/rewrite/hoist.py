@@ -78,7 +78,8 @@ def hoist(
     passed in so that a branch that does not assign them keeps it).
     `maybe_unbound`: those of `defined_before` that some path leaves unbound at the call site
     (bound only on another branch): they are not passed when the statements bind them before
-    any read (they start as None instead, like names first bound here).
+    any read (they start as None instead, like names first bound here); otherwise they are passed
+    as ``locals().get(name)``, None where unbound.
     """
     use = name_use(*stmts)
     writes = [w for w in use.ordered_writes() if w in local_names]
@@ -148,7 +149,11 @@ def hoist(
         decorators=[cst.Decorator(cst.Attribute(cst.Attribute(cst.Name("torch"), cst.Name("fx")), cst.Name("wrap")))],
         leading_lines=[cst.EmptyLine(), cst.EmptyLine()],
     )
-    call = cst.Call(func=cst.Name(name), args=[cst.Arg(cst.Name(p)) for p in params])
+    # A param some path leaves unbound at the call site is read there only if bound: the statements
+    # read it under a test that implies it is (Bamba's mixer in transformers 5.17 binds `conv_state`
+    # only with a cache, and reads it only then), so the name alone raised UnboundLocalError.
+    call = cst.Call(func=cst.Name(name), args=[
+        cst.Arg(cst.parse_expression(f"locals().get({p!r})") if p in maybe_unbound else cst.Name(p)) for p in params])
     if returned is not None:
         small: cst.BaseSmallStatement = returned.with_changes(value=call)
     elif not returns:

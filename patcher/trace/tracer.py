@@ -601,8 +601,11 @@ def deprecated_keywords(function: Any) -> dict[str, str | None]:
     around ``function``. The tracer traces the unwrapped forward, so an old name in the sample
     would reach no parameter, while eager renames it (Fuyu's ``image_patches`` -> ``pixel_values``).
 
-    >>> from transformers import FuyuForCausalLM
-    >>> deprecated_keywords(FuyuForCausalLM.forward)
+    >>> from transformers.utils.deprecation import deprecate_kwarg
+    >>> @deprecate_kwarg("image_patches", version="v99", new_name="pixel_values")  # as Fuyu's, in 5.23
+    ... def forward(self, pixel_values=None):
+    ...     return pixel_values
+    >>> deprecated_keywords(forward)
     {'image_patches': 'pixel_values'}
     """
     found: dict[str, str | None] = {}

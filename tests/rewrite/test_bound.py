@@ -42,3 +42,16 @@ def test_writes_first():
     assert writes_first("d", [last_loop])  # bound before any read: old value not needed
     assert writes_first("j", [last_loop])  # the loop target
     assert not writes_first("c", [last_loop])  # read first
+
+
+def test_a_branch_that_leaves_a_maybe_unbound_name_alone_needs_no_old_value():
+    # UDOP (transformers 5.10): `prefix` is bound only where the chain raises; the branches that run
+    # leave it alone, so there is no old value to read at the call site
+    chain = cst.parse_statement(
+        "if x.sum() > 0:\n    y = x\nelif x.sum() < 0:\n    y = -x\nelse:\n    prefix = 'a'\n    raise ValueError(prefix)\n")
+    assert writes_first("prefix", [chain], untaken_keeps=False)
+    assert not writes_first("prefix", [chain])  # where an old value would stay, it is needed
+    read_after = cst.parse_statement("z = prefix")
+    assert not writes_first("prefix", [chain, read_after], untaken_keeps=False)  # read after: needed
+    reads_it = cst.parse_statement("if x.sum() > 0:\n    y = prefix\nelse:\n    prefix = 'a'\n")
+    assert not writes_first("prefix", [reads_it], untaken_keeps=False)

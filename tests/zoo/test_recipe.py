@@ -2,6 +2,7 @@
 they generate; one freshness check serves ``patcher patch --check`` and ``scripts/check_zoo``."""
 
 import json
+import re
 import shutil
 import textwrap
 import uuid
@@ -130,20 +131,68 @@ def test_modular_banner_is_marked_where_upstream_has_one():
 def test_check_zoo_reports_another_transformers_once(monkeypatch, tmp_path, capsys):
     from zoo import _loader, check
 
+    stale = bool(check.stale_files(["llava"]))  # generation sees the transformers really installed
     monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
     monkeypatch.setattr(_loader, "installed_transformers_version", lambda: "5.99.0")
     committed = _loader.committed_manifest("llava")["transformers_version"]
-    assert check.main(["llava"]) == 0  # generation itself still sees the pinned version here
+    assert check.main(["llava"]) == int(stale)
     err = capsys.readouterr().err
     assert err.count("is installed") == 1, err
     assert f"transformers {committed}, but 5.99.0 is installed" in err
     assert str(tmp_path / "zoo" / "5.99.0") in err  # where the import-time regeneration goes
 
 
-def test_no_version_note_when_versions_match():
-    from zoo import check
+def test_no_version_note_when_versions_match(monkeypatch):
+    from zoo import _loader, check
 
+    committed = {_loader.committed_manifest(entry)["transformers_version"] for entry in ENTRIES}
+    assert len(committed) == 1  # one pin for the whole zoo
+    monkeypatch.setattr(_loader, "installed_transformers_version", lambda: committed.pop())
     assert check.version_note(list(ENTRIES)) is None
+
+
+def test_zoo_regenerates_for_the_installed_transformers(monkeypatch, tmp_path, capsys):
+    """``check_zoo --regenerates``, CI's zoo check on every transformers of its matrix: each entry
+    generated and imported for the installed version; on the pin, every committed rewrite applies."""
+    from zoo import _loader, check
+
+    monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
+    installed = _loader.installed_transformers_version()
+    assert check.main(["--regenerates"]) == 0
+    out = capsys.readouterr().out
+    for entry in ENTRIES:
+        assert f"{entry}: regenerated for transformers {installed} " in out, out
+        assert str(_loader.regeneration_dir(entry, installed)) in out
+    if all(_loader.committed_manifest(entry)["transformers_version"] == installed for entry in ENTRIES):
+        assert "no longer applies" not in out, out
+    assert out.rstrip().endswith(f"zoo regenerates for transformers {installed} ({len(ENTRIES)} entries)")
+
+
+def test_regenerates_lists_vanished_rewrites_and_fails_only_for_an_entry_it_cannot_import(monkeypatch, tmp_path,
+                                                                                          capsys):
+    from zoo import _generate, check
+
+    monkeypatch.setenv("TRACEZOO_CACHE", str(tmp_path))
+    real_generate = _generate.generate
+    broken = {"llava"}
+
+    def generate(entry):
+        generated = real_generate(entry)
+        generated.result.manifest["rewrites"] = []  # as if upstream had changed under every rewrite
+        if entry in broken:
+            generated.result.code = "raise ImportError('renamed upstream')\n"
+        return generated
+
+    monkeypatch.setattr(_generate, "generate", generate)
+    assert check.main(["--regenerates", "gemma3", "llava"]) == 1
+    captured = capsys.readouterr()
+    assert "gemma3: regenerated for transformers" in captured.out
+    assert re.search(r"committed rewrite no longer applies: TZ102 _check_n_image_tokens "
+                     r"\(transformers/models/gemma3/modeling_gemma3\.py:\d+", captured.out), captured.out
+    assert "llava: FAILED" in captured.err and "renamed upstream" in captured.err
+    assert "1 of 2 zoo entries cannot be regenerated" in captured.err
+    broken.clear()  # vanished rewrites alone are no failure
+    assert check.main(["--regenerates", "llava"]) == 0
 
 
 def test_a_new_entry_without_generated_files_gets_no_version_note(monkeypatch):
@@ -163,13 +212,21 @@ def test_a_new_entry_without_generated_files_gets_no_version_note(monkeypatch):
 def test_patch_check_is_the_zoo_check(tmp_path, capsys):
     """``patcher patch --check`` with the recipe's options agrees with scripts/check_zoo, both ways."""
     from patcher.cli import main
+    from zoo._generate import generate
     from zoo.check import stale_files
 
     spec = recipe("gemma3")
-    for name in (f"{spec.source_stem}.py", f"{spec.source_stem}.manifest.json"):
+    names = (f"{spec.source_stem}.py", f"{spec.source_stem}.manifest.json")
+    for name in names:
         shutil.copy(ZOO_DIR / "gemma3" / name, tmp_path / name)
     command = ["patch", spec.source_module, "-o", str(tmp_path), "--targets", *spec.patch_targets, "--check"]
-    assert not stale_files(["gemma3"]) and main(command) == 0
+    # the committed files: fresh for both on the pinned transformers, stale for both on another
+    committed_stale = any(file.path.name in names for file in stale_files(["gemma3"]))
+    assert main(command) == int(committed_stale)
+    generated = generate("gemma3").files
+    for name in names:  # what this transformers generates: fresh for both
+        (tmp_path / name).write_text(generated[name], encoding="utf-8")
+    assert main(command) == 0
     copy = tmp_path / f"{spec.source_stem}.py"
     copy.write_text(copy.read_text(encoding="utf-8") + "# an edit\n", encoding="utf-8")
     capsys.readouterr()
