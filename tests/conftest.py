@@ -33,6 +33,7 @@ VERSIONS_SLICE = (
     "tests/test_coverage_images.py::",
     "tests/verify/",
     "tests/silent_wrong/",
+    "tests/test_versions.py::",
 )
 
 
