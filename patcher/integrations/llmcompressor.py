@@ -730,7 +730,10 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     an error, never a silent drop. Inside the block, llm-compressor's registry of MoE experts
     finds tracezoo's rewritten copies of the classes it registers (:data:`EXPERTS_REGISTRY`).
     Raises :class:`IntegrationError` when llm-compressor is missing or lacks what this replaces.
-    Not re-entrant across threads: it patches the pipeline module and the registry.
+    Not re-entrant across threads: it patches the pipeline module, the registry and the collator maker.
+
+    Yields the block's session: ``session.paths`` is the :class:`~patcher.partition.SubgraphPaths` of
+    the last pipeline run (the subgraphs of each kind of batch it met; ``kinds()`` names their inputs).
     """
     module = _pipeline_module()
     session = _Session(module, unused_inputs)
