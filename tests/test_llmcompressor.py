@@ -50,6 +50,7 @@ import torch
 pytest.importorskip("llmcompressor")
 
 from llmcompressor import oneshot  # noqa: E402
+from llmcompressor.args import DatasetArguments  # noqa: E402
 from llmcompressor.modeling.moe.conversion_mappings import ARCH_TO_IMPORT_PATHS  # noqa: E402
 from llmcompressor.modeling.moe.linear_experts import LinearExperts2D  # noqa: E402
 from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: E402
@@ -590,6 +591,27 @@ def test_batch_mixing_rows_of_two_kinds_is_refused_naming_its_rows(tmp_path):
     pairs = [tuple(named[start:start + 2]) for start in range(0, len(named), 2)]
     assert int(summary.group(1)) == len(pairs) < 4 and pairs[0] == first, message
     assert all(len({row in with_image for row in pair}) == 2 for pair in pairs), message
+
+
+def test_rows_of_two_kinds_collated_for_another_pipeline_raise_when_read():
+    """Inside ``tracezoo_tracing()`` the collator ``oneshot`` makes hands on rows of several kinds
+    uncollated, for the sequential pipeline's cache to name them; a pipeline that reads the batch
+    without checking it (``model(**batch)``) gets the same error, not a collated batch that lost the
+    image of its second row."""
+    import llmcompressor.datasets.utils as datasets_utils  # format_calibration_data's lookup, at call time
+
+    from patcher.integrations.llmcompressor import MixedBatchError
+
+    text = {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "pixel_values": None}
+    image = {"input_ids": [4, 5, 6], "attention_mask": [1, 1, 1], "pixel_values": [[0.5, 0.25]]}
+    arguments = DatasetArguments(batch_size=2)
+    assert "pixel_values" not in datasets_utils._make_collate_fn(arguments, None)([dict(text), dict(image)])  # lost
+    with tracezoo_tracing():
+        batch = datasets_utils._make_collate_fn(arguments, None)([dict(text), dict(image)])
+    with pytest.raises(MixedBatchError, match=r"a calibration batch mixes rows of 2 kinds \(its row 0: 'input_ids', "
+                                              r"'attention_mask'; its row 1: 'input_ids', 'attention_mask', "
+                                              r"'pixel_values'\)"):
+        dict(**batch)
 
 
 def test_vision_blocks_as_targets_on_image_and_text_batches_are_refused(tmp_path):

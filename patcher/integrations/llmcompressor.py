@@ -258,10 +258,20 @@ def row_kind(row: Mapping[str, Any]) -> tuple[str, ...]:
 
 class _MixedBatch:
     """What the collator hands on instead of a batch of rows of several kinds (``kinds``: each row's,
-    in the batch's order), so that the batches after it are still drawn and checked."""
+    in the batch's order), so that the batches after it are still drawn and checked. Read as a batch
+    (``model(**batch)`` in a pipeline other than the sequential one, which does not check batches), it
+    raises :class:`MixedBatchError`."""
 
     def __init__(self, kinds: list[tuple[str, ...]]):
         self.kinds = kinds
+
+    def keys(self):
+        raise self.error("a calibration batch")
+
+    def __getitem__(self, name):
+        raise self.error("a calibration batch")
+
+    __iter__ = items = keys
 
     def error(self, where: str, rows: list[int] | None = None) -> MixedBatchError:
         labels = [f"row {row}" for row in rows] if rows and len(rows) == len(self.kinds) else \
