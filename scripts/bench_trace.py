@@ -24,7 +24,7 @@ Memory is measured twice, in a fresh process per case:
 
 Cases
 -----
-``llama3-8b``   Meta-Llama-3-8B from the bundled config (patcher/configs), on the ``meta`` device;
+``llama3-8b``   Meta-Llama-3-8B from the bundled config (patcher/models/configs), on the ``meta`` device;
                 targets ``LlamaDecoderLayer`` (32 of them).
 ``llama3-70b``  a LlamaConfig with Llama-3-70B's published shape (hidden 8192, 80 layers,
                 64 heads, 8 kv heads, intermediate 28672, vocab 128256), on ``meta``.

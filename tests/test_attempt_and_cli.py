@@ -135,7 +135,7 @@ def test_attempt_trace_old_argument_order_still_works_with_a_deprecation_warning
 def test_the_default_sample_leaves_out_an_input_the_forward_cannot_take(tmp_path):
     # xLSTM's forward has no attention_mask (its **kwargs pass it to nothing): the default sample
     # gave it one, and the tracer refused the tool's own sample instead of naming the real blocker.
-    from patcher.attempt import prepare_trace
+    from patcher.models.attempt import prepare_trace
     from patcher import trace_subgraphs
     from patcher.trace import SampleInputError
 

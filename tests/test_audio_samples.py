@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from patcher.audio import build_audio_sample, fill_audio_ids, with_other_audio
+from patcher.samples.audio import build_audio_sample, fill_audio_ids, with_other_audio
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.check import _build
 from patcher.coverage.shrink import shrink_config

@@ -89,7 +89,7 @@ def test_tiny_xlstm_traces_around_its_chunked_path_and_refuses_long_inputs(tmp_p
     from transformers import xLSTMConfig, xLSTMForCausalLM
 
     from patcher.models import random_model
-    from patcher.traceable import load_traceable
+    from patcher.models.traceable import load_traceable
 
     config = xLSTMConfig(vocab_size=64, hidden_size=16, embedding_dim=16, num_heads=2, num_blocks=2,
                          max_inference_chunksize=8, qk_dim_factor=0.5, v_dim_factor=1.0)

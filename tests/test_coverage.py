@@ -107,7 +107,7 @@ def test_architecture_traces_and_equals_eager(name, cache_dir):
 
 def test_a_failing_architecture_gives_a_failure_row(cache_dir):
     # UDOP cannot run without bounding boxes, which the text sample does not give (its image sample
-    # does, patcher.images.documents): text alone, a row, not an exception.
+    # does, patcher.samples.images.documents): text alone, a row, not an exception.
     row = check_architecture("UdopForConditionalGeneration", cache_dir=cache_dir, multimodal=False)
     assert not row.built and row.stage == "eager"
     assert "Bbox is required" in row.error
@@ -533,7 +533,7 @@ def test_markdown_has_one_line_per_modality_fed():
 def test_counts_named_like_tokens_are_not_token_ids():
     """`num_experts_per_token` (Bailing, Kimi-Linear: 8) is a count; taken for an id, the shrinker kept
     it at 8 of 4 experts and the samples never drew token 8."""
-    from patcher.config_tokens import is_token_key
+    from patcher.samples.config_tokens import is_token_key
 
     assert not is_token_key("num_experts_per_token") and not is_token_key("num_image_tokens")
     assert is_token_key("pad_token_id") and is_token_key("image_token_index") and is_token_key("eos_token")

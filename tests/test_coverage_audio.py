@@ -1,6 +1,6 @@
 """The coverage check with audio on a fixed set of speech and audio-text models (the CI slice of
 ``scripts/coverage.py`` for audio): each row built from its real config class, fed a
-processor-free clip (``patcher.audio``), traced, and equal to eager exactly on two clip layouts and
+processor-free clip (``patcher.samples.audio``), traced, and equal to eager exactly on two clip layouts and
 on another clip, with the clip reaching the logits (audio influence)."""
 
 from __future__ import annotations
@@ -77,10 +77,10 @@ def test_audio_failures_are_loud(name, coverage_row):
 
 
 def test_audio_tokens_are_what_the_audio_path_yields():
-    from patcher.audio import build_audio_sample, run_audio_path
+    from patcher.samples.audio import build_audio_sample, run_audio_path
     from patcher.coverage.check import _build
     from patcher.coverage.shrink import shrink_config
-    from patcher.audio import fill_audio_ids
+    from patcher.samples.audio import fill_audio_ids
     from transformers import VoxtralForConditionalGeneration
 
     # the class leaves audio_token_id None (checkpoints set it): the shrunk config has a free id, so a
@@ -105,7 +105,7 @@ def test_audio_tokens_are_what_the_audio_path_yields():
 
 def test_a_clip_that_never_reaches_the_logits_fails_the_attempt(monkeypatch, tmp_path):
     # the influence gate: if the "other clip" were the same clip (audio dropped), the row must fail
-    import patcher.audio as audio
+    import patcher.samples.audio as audio
 
     monkeypatch.setattr(audio, "with_other_audio", lambda sample, seed: dict(sample))
     row = check_architecture("MoonshineForConditionalGeneration", cache_dir=tmp_path)
@@ -172,7 +172,7 @@ def test_codebook_models_build(name, coverage_row):
 
 
 def _tiny(name: str):
-    from patcher.audio import fill_audio_ids
+    from patcher.samples.audio import fill_audio_ids
     from patcher.coverage.check import _build
     from patcher.coverage.shrink import shrink_config
     from patcher.models import resolve_model_class
@@ -186,7 +186,7 @@ def _tiny(name: str):
 
 def test_a_waveform_is_a_whole_number_of_features_where_the_tower_folds_samples():
     # Muse Spark folds prod(patch_sizes) samples into one feature and refuses any other length
-    from patcher.audio import build_audio_sample
+    from patcher.samples.audio import build_audio_sample
 
     model = _tiny("MuseSparkForConditionalGeneration")
     stride = 1
@@ -198,7 +198,7 @@ def test_a_waveform_is_a_whole_number_of_features_where_the_tower_folds_samples(
 
 def test_a_required_audio_argument_forward_defaults_to_none_is_given_none():
     # MOSS's inner get_audio_features requires padding_mask, which its forward passes on as None
-    from patcher.audio import build_audio_sample
+    from patcher.samples.audio import build_audio_sample
 
     model = _tiny("MossTranscribeDiarizeForConditionalGeneration")
     sample = build_audio_sample(model, batch_size=2, seq_len=8, left_padding=1)
@@ -212,7 +212,7 @@ def test_a_required_audio_argument_forward_defaults_to_none_is_given_none():
 def test_a_noisy_audio_path_is_sampled_deterministically():
     # VibeVoice ASR adds sigma-VAE noise unless sample=False; its tokenizer takes (clips, 1, samples)
     # and a padding_mask over samples
-    from patcher.audio import build_audio_sample
+    from patcher.samples.audio import build_audio_sample
 
     model = _tiny("VibeVoiceAsrForConditionalGeneration")
     sample = build_audio_sample(model, batch_size=2, seq_len=8)

@@ -1,5 +1,5 @@
 """The coverage check with images on a fixed, diverse set of vision-language models (the CI slice of
-``scripts/coverage.py`` for images): every pixel layout of ``patcher.images`` plus the zoo's, each
+``scripts/coverage.py`` for images): every pixel layout of ``patcher.samples.images`` plus the zoo's, each
 row traced with its image sample, equal to eager exactly on two image layouts, with the pixels
 reaching the logits (image influence)."""
 
@@ -208,13 +208,13 @@ def test_a_sample_stage_failure_shows_its_error_and_location_in_the_blocker_colu
     from patcher.coverage.report import blocker, markdown
 
     failed = _attempt(stage="sample", error="ValueError: image size (5, 7) must be multiples of 4",
-                      blocker_kind="ValueError", blocker_location="patcher/images/flat_patches.py:31")
+                      blocker_kind="ValueError", blocker_location="patcher/samples/images/flat_patches.py:31")
     row = _fake_row("OddForConditionalGeneration", multimodal=failed)
     kind, location, _, message = blocker(row)
-    assert kind == "sample: ValueError" and location == "patcher/images/flat_patches.py:31"
+    assert kind == "sample: ValueError" and location == "patcher/samples/images/flat_patches.py:31"
     assert message == failed.error
     line = next(line for line in markdown([row]).splitlines() if line.startswith("| OddFor"))
-    assert "image size (5, 7) must be multiples of 4" in line and "patcher/images/flat_patches.py:31" in line
+    assert "image size (5, 7) must be multiples of 4" in line and "patcher/samples/images/flat_patches.py:31" in line
 
 
 def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_path():

@@ -71,7 +71,7 @@ def _tower_classes(tower) -> set[str]:
 @pytest.mark.parametrize("name", TIMM_VLMS)
 def test_the_tiny_tower_keeps_every_module_class_of_the_real_one_and_states_its_width(name):
     from patcher.coverage.shrink import _with_vision
-    from patcher.timm_towers import output_width, tower_on_meta
+    from patcher.models.timm_towers import output_width, tower_on_meta
 
     config_class = getattr(transformers, name).config_class
     real, tiny = _with_vision(config_class).vision_config, shrink_config(config_class).vision_config

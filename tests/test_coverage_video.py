@@ -1,5 +1,5 @@
 """The coverage check with video (the CI slice of ``scripts/coverage.py`` for video): one row per
-video layout of ``patcher.videos``, each built, traced with its video sample, exactly equal to eager
+video layout of ``patcher.samples.video``, each built, traced with its video sample, exactly equal to eager
 on two video layouts (other frame count and size) and on the first layout with another video, with
 the video reaching the logits (video influence)."""
 
@@ -12,9 +12,9 @@ from patcher.coverage.check import Attempt, CoverageRow, _build, tensor_diff
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.modalities.images import NEEDS_IMAGES, with_other_pixels
 from patcher.coverage.shrink import shrink_config
-from patcher.images.tokens import feature_method_inputs
+from patcher.samples.images.tokens import feature_method_inputs
 from patcher.models import resolve_model_class
-from patcher.videos import second_video_layout, video_layout_for, video_sample, video_token_id
+from patcher.samples.video import second_video_layout, video_layout_for, video_sample, video_token_id
 
 WITH_VIDEO = [
     "Qwen2VLForConditionalGeneration",            # patch rows + video_grid_thw, one marked run per video

@@ -5,7 +5,7 @@ File modes follow the umask; parallel writers leave one whole pair; a writer kil
 between writing its temporary files and renaming them leaves the old pair untouched, and its
 ``.tmp`` files are removed by the next run; SIGINT is a message and exit 130, no traceback.
 The kill is timed with the test hook ``TRACEZOO_TEST_PAUSE_BETWEEN_RENAMES`` (see
-``patcher/files.py``): the writer waits there, with its temporary files complete. ``patcher
+``patcher/rewrite/files.py``): the writer waits there, with its temporary files complete. ``patcher
 graph`` is also killed while graphviz writes: a stand-in ``dot`` (``$TRACEZOO_DOT``) writes part
 of a picture to the file it is given and waits.
 """
@@ -180,7 +180,7 @@ def test_parallel_writers_leave_one_whole_pair(tmp_path):
     assert len(winners) == 1
 
 
-CACHE_WRITER = ("import sys; from pathlib import Path; from patcher.traceable import import_generated; "
+CACHE_WRITER = ("import sys; from pathlib import Path; from patcher.models.traceable import import_generated; "
                 "m = import_generated(sys.argv[1], 'tiny', Path(sys.argv[2])); assert m.VALUE == 7")
 
 

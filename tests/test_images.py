@@ -1,4 +1,4 @@
-"""Processor-free image samples (patcher.images): the layout of each family, image tokens counted by
+"""Processor-free image samples (patcher.samples.images): the layout of each family, image tokens counted by
 the model's own vision path, and the eager model accepting the sample on any drawn layout."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from patcher.coverage.check import _build, tensor_diff
 from patcher.coverage.modalities import MIN_INFLUENCE
 from patcher.coverage.modalities.images import image_layout, with_other_pixels
 from patcher.coverage.shrink import shrink_config
-from patcher.images import layout_for, second_layout
-from patcher.images.layout import forward_inputs
-from patcher.images.tokens import features_per_image, image_token_id
+from patcher.samples.images import layout_for, second_layout
+from patcher.samples.images.layout import forward_inputs
+from patcher.samples.images.tokens import features_per_image, image_token_id
 from patcher.samples import multimodal_builder, multimodal_sample
 from versions import has_class, require_classes
 
@@ -186,7 +186,7 @@ def test_merged_patches_are_one_channels_last_block_per_token_and_refuse_partial
 
 
 def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
-    from patcher.images.square import pixel_tower_config
+    from patcher.samples.images.square import pixel_tower_config
 
     config, _ = tiny(DETAIL_CASES["square"])
     sam = config.vision_config.sam_config
@@ -224,7 +224,7 @@ def test_square_sample_has_one_token_per_feature_and_its_pixels_reach_the_logits
 
 def test_a_vision_tower_in_the_encoder_config_is_found_and_the_decoder_gets_text():
     from patcher.coverage.sweep_samples import special_tokens
-    from patcher.images.layout import vision_config, vision_owner
+    from patcher.samples.images.layout import vision_config, vision_owner
 
     config, model = tiny("T5Gemma2ForConditionalGeneration")
     assert getattr(config, "vision_config", None) is None
@@ -247,7 +247,7 @@ def test_the_high_resolution_tower_gets_pixels_at_its_own_size():
 
 
 def test_a_config_without_any_vision_config_names_the_cause():
-    from patcher.images.layout import vision_config
+    from patcher.samples.images.layout import vision_config
 
     with pytest.raises(ValueError, match="no vision_config"):
         vision_config(transformers.LlamaConfig())

@@ -58,7 +58,7 @@ from llmcompressor.utils.helpers import DisableQuantization, calibration_forward
 
 import zoo  # noqa: E402
 from patcher import InputMismatchError, UntraceableCodeError, load_traceable  # noqa: E402
-from patcher.sample_builders import text_sample  # noqa: E402
+from patcher.samples.builders import text_sample  # noqa: E402
 from patcher.models import wake_zero_parameters  # noqa: E402
 from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
 from zoo._entries import ENTRIES, recipe  # noqa: E402

@@ -129,7 +129,7 @@ def test_batches_of_every_kind_run_on_one_traced_model_each_on_its_own_path(monk
     same layer; every run equals eager, exactly."""
     import patcher.partition.paths as paths_module
     from patcher.verify import run_eagerly
-    from patcher.videos import video_sample
+    from patcher.samples.video import video_sample
     from zoo import TraceableQwen2VLForConditionalGeneration
     from zoo._entries import recipe
 

@@ -104,7 +104,7 @@ def test_tied_weights_count_once_in_the_total():
 ])
 def test_plan_bytes_equal_a_real_run_with_an_image(config_name, model_name):
     import zoo
-    from patcher.attempt import default_targets, model_tracing_defaults
+    from patcher.models.attempt import default_targets, model_tracing_defaults
     from patcher.coverage.shrink import shrink_config
     from patcher.samples import sample_input
     from patcher.trace import DEFAULT_IGNORE
@@ -172,7 +172,7 @@ def test_repeated_vision_blocks_run_once_and_count_every_block_s_weights(monkeyp
     # meta give the same shapes, so only the first runs; the others must still count as reading
     # their own weights (check_exact compares every subgraph's parameters with a real run).
     import zoo
-    from patcher.attempt import default_targets, model_tracing_defaults
+    from patcher.models.attempt import default_targets, model_tracing_defaults
     from patcher.coverage.shrink import shrink_config
     from patcher.samples import sample_input
     from patcher.trace import DEFAULT_IGNORE
@@ -274,7 +274,7 @@ def test_the_cli_sample_has_the_image_tokens_the_model_makes(config_name, model_
     # The CLI's sample is built for a model on meta; its image-token count came from the config alone
     # (4 tokens where Aya Vision's pixel shuffle makes 1 feature), and `patcher trace --multimodal`
     # said success on it. It is counted with the model's own vision path, on meta, now.
-    from patcher.attempt import prepare_trace
+    from patcher.models.attempt import prepare_trace
     from patcher.coverage.shrink import shrink_config
     from patcher.models import build_model
 
@@ -393,7 +393,7 @@ def test_the_activation_peak_is_a_real_run_s_live_tensor_peak(model_name, attent
 
 def test_the_activation_peak_with_an_image_is_a_real_run_s():
     import zoo
-    from patcher.attempt import default_targets, model_tracing_defaults
+    from patcher.models.attempt import default_targets, model_tracing_defaults
     from patcher.coverage.shrink import shrink_config
     from patcher.samples import sample_input
     from patcher.trace import DEFAULT_IGNORE

@@ -1,11 +1,11 @@
-"""Model collections register through patcher.plugins: the patcher finds the zoo without importing it by name."""
+"""Model collections register through patcher.registry.plugins: the patcher finds the zoo without importing it by name."""
 
 from __future__ import annotations
 
 import pytest
 import transformers
 
-from patcher import plugins
+from patcher.registry import plugins
 
 
 def test_the_zoo_is_declared_in_pyproject_and_found():

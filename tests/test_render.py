@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import patcher
-from patcher.attempt import default_targets
+from patcher.models.attempt import default_targets
 from patcher.render import GraphvizNotFoundError, render_partition, should_collapse, to_dot
 from patcher.render.cli import add_graph_parser
 from tiny_models import tiny_model

@@ -8,7 +8,7 @@ import torch
 
 from patcher import run_subgraphs, trace_subgraphs
 from patcher.registry.locations import Location
-from patcher.traceable import load_traceable, repair
+from patcher.models.traceable import load_traceable, repair
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fixtures"))
 import toy_modeling  # noqa: E402
@@ -141,7 +141,7 @@ def test_repair_reports_what_it_cannot_fix(tmp_path):
 
 def _written_file_traces(path, class_name, config, multimodal) -> bool:
     """Trace the written file as `patcher trace FILE.py:Class` loads it (independently of repair)."""
-    from patcher.attempt import prepare_trace
+    from patcher.models.attempt import prepare_trace
     from patcher.trace import TracingError, trace_graph
 
     setup = prepare_trace(f"{path}:{class_name}", str(config), multimodal_data=multimodal)

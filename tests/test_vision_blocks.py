@@ -20,7 +20,7 @@ import torch
 
 import zoo
 from patcher import find_tower_blocks, find_towers, run_subgraphs, trace_subgraphs
-from patcher.attempt import default_targets
+from patcher.models.attempt import default_targets
 from patcher.cli import main
 from patcher.verify import run_eagerly
 from zoo._entries import ENTRIES, recipe

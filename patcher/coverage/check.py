@@ -198,7 +198,7 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 
 
 def _build(cls: type, config, seed: int):
-    from ..audio import has_audio_path
+    from ..samples.audio import has_audio_path
     from ..models import random_model
     from .modalities.audio import unit_gain_convolutions
     from .modalities.images import rectifier_gain_timm_convolutions
@@ -224,10 +224,10 @@ def check_architecture(
     ``patcher.verify.TOLERANCES``)."""
     from ..models import build_model, resolve_model_class
     from ..trace.tracer import sample_keys_not_taken
-    from ..traceable import load_traceable
+    from ..models.traceable import load_traceable
     from .discover import find_layers, trace_targets
     from .shrink import shrink_config
-    from ..audio import fill_audio_ids
+    from ..samples.audio import fill_audio_ids
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -374,8 +374,8 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
                            original_file, atol) -> None:
     """The image samples again, with the vision tower's blocks before the text layers as targets:
     the class is patched with those blocks as targets too (never hidden in wrapped code)."""
-    from ..towers import find_tower_blocks
-    from ..traceable import load_traceable
+    from ..models.towers import find_tower_blocks
+    from ..models.traceable import load_traceable
 
     attempt = row.vision_blocks = Attempt("vision_blocks", ran=True)
     samples, expected = samples_expected

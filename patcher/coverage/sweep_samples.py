@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ..config_tokens import special_tokens
+from ..samples.config_tokens import special_tokens
 from ..samples import multimodal_sample, text_sample
 
 

@@ -1,7 +1,7 @@
 """Audio: speech encoder-decoders and audio-text models fed a clip.
 
 A class whose ``forward`` takes an audio clip (``input_features``, ``input_values``) gets an
-``audio`` attempt: samples from :mod:`patcher.audio`, all traced once and run through the same
+``audio`` attempt: samples from :mod:`patcher.samples.audio`, all traced once and run through the same
 chain of subgraphs, each compared with eager:
 
 1. clip layout 0 (batch 2, left padding on an audio-text model's first row);
@@ -93,7 +93,7 @@ def audio_samples(config, model, seed: int) -> list[dict]:
     """Clip layouts 0 and 1 (see the module docstring). Each is given the text attempt's sample of
     its shape, token ids in the model's codebook layout, for a clip that sits beside a text encoder
     (MusicGen)."""
-    from ...audio import build_audio_sample
+    from ...samples.audio import build_audio_sample
     from ..sweep_samples import coverage_text_sample
 
     # here, on the model eager runs, not at build: the traceable copy loads this model's state once
@@ -113,13 +113,13 @@ def audio_samples(config, model, seed: int) -> list[dict]:
 
 
 def _with_other_audio(sample: dict, seed: int, config) -> dict:
-    from ... import audio
+    from ...samples import audio
 
     return audio.with_other_audio(sample, seed)
 
 
 def _has_audio_path(cls, config) -> bool:
-    from ...audio import has_audio_path
+    from ...samples.audio import has_audio_path
 
     return has_audio_path(cls, config)
 

@@ -1,4 +1,4 @@
-"""Images: a class with a registered sample builder (``patcher.images``' layouts, or the zoo's)
+"""Images: a class with a registered sample builder (``patcher.samples.images``' layouts, or the zoo's)
 gets two image layouts, another image size where the family takes several, else two images per
 row, so the graph is reused on a new layout."""
 
@@ -23,7 +23,7 @@ NEEDS_IMAGES = "needs images"
 
 def rectifier_gain_timm_convolutions(model, seed: int) -> None:
     """Redraw every convolution weight inside a vision tower that timm builds (a module whose
-    ``config`` wraps a timm architecture, ``patcher.timm_towers``) with He's std ``sqrt(2 / fan_in)``,
+    ``config`` wraps a timm architecture, ``patcher.models.timm_towers``) with He's std ``sqrt(2 / fan_in)``,
     so that each convolution and the rectifier after it carry the image on at about its own scale, as
     in a trained tower.
 
@@ -33,7 +33,7 @@ def rectifier_gain_timm_convolutions(model, seed: int) -> None:
     convolutions each followed by a GELU: each pair passed ~0.3 of the image on, ~1e-7 of it reached
     the logits, under the influence check's threshold; a tower whose image is drowned out would hide
     a graph that drops it."""
-    from ...timm_towers import timm_level
+    from ...models.timm_towers import timm_level
 
     generator = torch.Generator().manual_seed(seed + 4)
     with torch.no_grad():
@@ -48,7 +48,7 @@ def rectifier_gain_timm_convolutions(model, seed: int) -> None:
 
 
 def image_samples(config, model, seed: int) -> list[dict]:
-    from ...images import second_layout
+    from ...samples.images import second_layout
     from ..sweep_samples import coverage_multimodal_sample
 
     return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
@@ -79,7 +79,7 @@ def _builder(config):
 
 
 def image_layout(config):
-    """The image layout (``patcher.images``) whose builder makes the config's samples; None for
+    """The image layout (``patcher.samples.images``) whose builder makes the config's samples; None for
     other builders (the zoo's)."""
     return getattr(_builder(config), "layout", None)
 

@@ -1,4 +1,4 @@
-"""Video: a class whose family has a video layout (``patcher.videos``) gets one video per row on
+"""Video: a class whose family has a video layout (``patcher.samples.video``) gets one video per row on
 two layouts (another frame count and size), and the chain must follow eager where only the video
 changes."""
 
@@ -11,7 +11,7 @@ from .images import NEEDS_IMAGES, with_other_pixels
 
 
 def video_samples(config, model, seed: int) -> list[dict]:
-    from ...videos import second_video_layout, video_sample
+    from ...samples.video import second_video_layout, video_sample
 
     return [video_sample(config, batch_size=2, seq_len=8, left_padding=1, model=model,
                          generator=torch.Generator().manual_seed(seed)),
@@ -20,7 +20,7 @@ def video_samples(config, model, seed: int) -> list[dict]:
 
 
 def _has_video_layout(cls, config) -> bool:
-    from ...videos import has_video_layout
+    from ...samples.video import has_video_layout
 
     return has_video_layout(config)
 

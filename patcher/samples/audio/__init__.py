@@ -1,5 +1,5 @@
 """Processor-free audio samples for speech encoder-decoders and audio-text models, from the config
-and the built model (the audio counterpart of :mod:`patcher.images`).
+and the built model (the audio counterpart of :mod:`patcher.samples.images`).
 
 - :mod:`.inputs`: which forward argument carries the clip (``input_features`` log-mel,
   ``input_values`` waveform) and its frame mask; the clip's shape from the config.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .models import import_module_file
+from . import import_module_file
 
 
 @dataclass
@@ -70,8 +70,8 @@ def trace_written_file(path: str | Path, class_name: str, config, sample: Mappin
                        targets: Sequence[str], ignore: Sequence[str],
                        unused_inputs: Sequence[str] = ()) -> WrittenTrace:
     """Import ``class_name`` from the written ``path``, build it on meta from ``config`` and trace it."""
-    from .models import build_model
-    from .trace import TracingError, trace_graph
+    from . import build_model
+    from ..trace import TracingError, trace_graph
 
     path = Path(path)
     result = WrittenTrace(path, class_name)

@@ -119,12 +119,12 @@ def _with_forward_defaults(model, method, clip: dict[str, Any]):
 
 def _count_by_config_tower(model, inputs: dict[str, Any], name: str, mask: str | None) -> int | None:
     """The frames the audio tower yields for all clips together, for a model whose ``forward`` is
-    told each clip's feature count (:data:`patcher.audio.inputs.FEATURE_COUNT_INPUTS`: Phi-4
+    told each clip's feature count (:data:`patcher.samples.audio.inputs.FEATURE_COUNT_INPUTS`: Phi-4
     multimodal's ``audio_embed_sizes``) and has no ``get_audio_features`` to count them: its tower
-    is the module built from the audio sub-config (:func:`patcher.towers.find_towers`), run on the
+    is the module built from the audio sub-config (:func:`patcher.models.towers.find_towers`), run on the
     clip and its frame mask; each output frame becomes one text-width feature. None where the
     model takes no feature counts or has no such tower."""
-    from ..towers import find_towers
+    from ...models.towers import find_towers
     from .inputs import feature_count_input
 
     if feature_count_input(model) is None:

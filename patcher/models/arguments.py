@@ -28,8 +28,8 @@ def add_model_arguments(parser) -> None:
 
 
 def prepare_from_arguments(args):
-    """The :class:`patcher.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
-    from .models import check_model_id
+    """The :class:`patcher.models.attempt.TraceSetup` that ``add_model_arguments``' options ask for."""
+    from . import check_model_id
 
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
     from .attempt import prepare_trace

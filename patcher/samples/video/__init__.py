@@ -1,4 +1,4 @@
-"""Processor-free video samples, built from the config (the video counterpart of ``patcher.images``).
+"""Processor-free video samples, built from the config (the video counterpart of ``patcher.samples.images``).
 
 One :class:`VideoLayout` per way a family takes video:
 
@@ -13,7 +13,7 @@ One :class:`VideoLayout` per way a family takes video:
   its processor puts each frame's tokens under the image placeholder, a layout of its own.
 
 The video tokens per video are counted by the model's own ``get_video_features`` on the synthetic
-pixels (:func:`patcher.images.tokens.features_per_image` with ``method_name``); ``mm_token_type_ids``
+pixels (:func:`patcher.samples.images.tokens.features_per_image` with ``method_name``); ``mm_token_type_ids``
 (2 on video tokens, the processors' value) goes along where ``forward`` takes it.
 """
 

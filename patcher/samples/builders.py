@@ -1,6 +1,6 @@
 """The registry of multimodal sample builders per ``model_type``, and the text sample they start from.
 
-Builders register here (``patcher.images`` one per pixel layout, model collections such as the
+Builders register here (``patcher.samples.images`` one per pixel layout, model collections such as the
 zoo their own); :mod:`patcher.samples` looks them up, loading those registrations first.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from transformers import PretrainedConfig
 
-from .normalize import sample_shape
+from ..registry.normalize import sample_shape
 
 MultimodalBuilder = Callable[..., dict[str, Any]]
 _MULTIMODAL_BUILDERS: dict[str, MultimodalBuilder] = {}
@@ -51,7 +51,7 @@ def text_sample(
     """``input_ids`` and ``attention_mask`` (left padding on the first row when asked).
 
     ``batch_size`` and ``seq_len`` are ints >= 1 with at most
-    :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens in all (else ``TypeError``/``ValueError``,
+    :data:`patcher.registry.normalize.MAX_SAMPLE_TOKENS` tokens in all (else ``TypeError``/``ValueError``,
     before anything is allocated)."""
     batch_size, seq_len = sample_shape(batch_size, seq_len)
     try:

@@ -28,15 +28,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Mapping, Sequence
 
-from .files import write_atomic
-from .models import build_model, import_module_file, resolve_model_class
-from .normalize import module_entries
-from .registry.ignore import resolve_ignore
-from .registry.locations import Location
-from .registry.origins import original_line
-from .trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
-from .trace.diagnose import UntraceableConstruct
-from .trace.matching import class_name_entries
+from ..rewrite.files import write_atomic
+from . import build_model, import_module_file, resolve_model_class
+from ..registry.normalize import module_entries
+from ..registry.ignore import resolve_ignore
+from ..registry.locations import Location
+from ..registry.origins import original_line
+from ..trace import DEFAULT_IGNORE, UntraceableCodeError, trace_graph
+from ..trace.diagnose import UntraceableConstruct
+from ..trace.matching import class_name_entries
 
 
 def cache_root() -> Path:
@@ -184,7 +184,7 @@ def load_traceable(
     """Return a traceable variant of ``model_class``: same name, same config class, same weights.
 
     ``targets`` are never hidden inside wrapped code; ``ignore`` names extra functions or
-    methods to wrap (both read by :mod:`patcher.normalize`: a single string or module class is
+    methods to wrap (both read by :mod:`patcher.registry.normalize`: a single string or module class is
     one entry); ``locations`` are lines of the original file to rewrite, with the rule or symptom each
     asks for (:class:`~patcher.registry.locations.Location`, or a ``(line, rule)`` pair; ``repair``
     fills them). The patch result (manifest, rewrites, blockers) is attached as
@@ -200,7 +200,7 @@ def load_traceable(
     >>> cls.__name__, cls.__module__.startswith("_tracezoo_generated_modeling_llava")  # doctest: +SKIP
     ('LlavaForConditionalGeneration', True)
     """
-    from .rewrite import patch_source
+    from ..rewrite import patch_source
 
     targets = module_entries(targets, "targets")
     ignore = module_entries(ignore, "ignore", functions=True)
@@ -299,7 +299,7 @@ def repair(
     rewritten, or when the failure lies outside the patched file and no statement of the patched
     file leads to it. Targets, ignore entries and ``unused_inputs`` read as in
     :func:`~patcher.trace.trace_graph` (a single string or module class is one entry;
-    :mod:`patcher.normalize`).
+    :mod:`patcher.registry.normalize`).
     """
     cls = resolve_model_class(model_class)
     source, _, source_path = _source_of(cls)

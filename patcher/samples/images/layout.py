@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..sample_builders import register_multimodal_sample, registered_builder, text_sample
+from ..builders import register_multimodal_sample, registered_builder, text_sample
 from .tokens import check_counts, decoder_rows, features_per_image, first_field, image_feature_method, image_token_id, token_rows
 
 Size = tuple[int, int]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..config_tokens import special_tokens
-from ..normalize import sample_shape
+from ...registry.normalize import sample_shape
 
 
 def first_field(config, names, default=None):

@@ -10,14 +10,14 @@ from typing import Iterable, TextIO
 
 from torch import nn
 
-from .models import build_model, check_config_for_class, load_config, resolve_model_class
-from .normalize import input_names, module_entries, positive_int
-from .partition import Subgraph, trace_subgraphs
-from .plugins import TracingDefaults, drop_in_for, tracing_defaults
-from .samples import is_vision_language, sample_input, text_only_note
-from .trace import DEFAULT_IGNORE, TracingError
-from .trace.errors import TraceArgumentError
-from .trace.tracer import sample_keys_not_taken
+from . import build_model, check_config_for_class, load_config, resolve_model_class
+from ..registry.normalize import input_names, module_entries, positive_int
+from ..partition import Subgraph, trace_subgraphs
+from ..registry.plugins import TracingDefaults, drop_in_for, tracing_defaults
+from ..samples import is_vision_language, sample_input, text_only_note
+from ..trace import DEFAULT_IGNORE, TracingError
+from ..trace.errors import TraceArgumentError
+from ..trace.tracer import sample_keys_not_taken
 
 
 def model_tracing_defaults(model: nn.Module) -> TracingDefaults | None:
@@ -46,7 +46,7 @@ def default_targets(model: nn.Module) -> list[str]:
 
 def default_tower_targets(model: nn.Module, modality: str = "vision") -> list[str]:
     """A model collection's tower targets for its model type (the zoo recipe's ``vision_targets``), else the blocks of the model's
-    ``modality`` tower found by :func:`patcher.towers.find_tower_blocks`. Raises ``ValueError``
+    ``modality`` tower found by :func:`patcher.models.towers.find_tower_blocks`. Raises ``ValueError``
     when the model has no such tower (a target list without it would silently trace less)."""
     from .towers import find_tower_blocks
 
@@ -123,7 +123,7 @@ def prepare_trace(
     targets chosen inside a vision tower); ``[]`` means nothing. ``extra_ignore`` is added either
     way. Targets and ignore entries are names, ``re:`` patterns or ``nn.Module`` subclasses (their
     name); a single string or class (targets, ignore, extra_ignore) is one entry, a single string
-    one tower. They are checked (:mod:`patcher.normalize`: ``TypeError`` naming the argument)
+    one tower. They are checked (:mod:`patcher.registry.normalize`: ``TypeError`` naming the argument)
     before the config is read.
 
     ``towers`` (``"vision"``, ``"audio"``) puts the blocks of those towers before the targets

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..sample_builders import register_multimodal_sample
+from ..builders import register_multimodal_sample
 from . import pix2struct
 from .layout import ImageLayout, num_channels, pair, vision_config
 from .tokens import check_counts, decoder_rows, token_rows

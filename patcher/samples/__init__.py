@@ -1,8 +1,8 @@
 """Sample inputs for tracing, built from a config: no processor or tokenizer download.
 
 Text samples work for every decoder model. Multimodal builders are registered per
-``model_type`` with :func:`register_multimodal_sample` (:mod:`patcher.sample_builders`): model
-collections such as the zoo register their own (:mod:`patcher.plugins`), and ``patcher.images``
+``model_type`` with :func:`register_multimodal_sample` (:mod:`patcher.samples.builders`): model
+collections such as the zoo register their own (:mod:`patcher.registry.plugins`), and ``patcher.samples.images``
 one per pixel layout for every image-text-to-text family (a collection's win).
 """
 
@@ -13,14 +13,14 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from .plugins import load_collections
-from .sample_builders import (  # noqa: F401  (register_multimodal_sample and text_sample are public here too)
+from ..registry.plugins import load_collections
+from .builders import (  # noqa: F401  (register_multimodal_sample and text_sample are public here too)
     MultimodalBuilder, register_multimodal_sample, registered_builder, registered_model_types, text_sample,
 )
 
 
 def multimodal_builder(model_type: str) -> MultimodalBuilder | None:
-    """The builder for ``model_type``: a model collection's if one has it, else ``patcher.images``'s."""
+    """The builder for ``model_type``: a model collection's if one has it, else ``patcher.samples.images``'s."""
     load_collections()  # first: the collections' builders win
     from . import images  # noqa: F401  (registers a builder per image layout where none is registered)
 

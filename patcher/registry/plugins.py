@@ -94,7 +94,7 @@ def declared_collections() -> list[str]:
     ``pyproject.toml`` it was installed from until it is reinstalled (and ``PYTHONPATH`` may point
     at another checkout than the installed one)."""
     modules = [entry.module for entry in metadata.entry_points(group=ENTRY_POINT_GROUP)]
-    modules += _declared_in_checkout(Path(__file__).resolve().parents[1] / "pyproject.toml")
+    modules += _declared_in_checkout(Path(__file__).resolve().parents[2] / "pyproject.toml")
     return list(dict.fromkeys(modules))
 
 

@@ -3,7 +3,7 @@
 :func:`build_audio_sample` makes, from the config and the built model:
 
 - the clip input the model's ``forward`` names (``input_features`` log-mel or ``input_values``
-  waveform, :mod:`patcher.audio.inputs`), one clip per text row, in the arrangement and at a
+  waveform, :mod:`patcher.samples.audio.inputs`), one clip per text row, in the arrangement and at a
   length its own audio path runs on: a free length first (``CLIP_LENGTHS``), else the fixed
   length of a Whisper-style tower (``2 * max_source_positions`` frames, padded as the feature
   extractor pads every clip to 30 s);
@@ -14,7 +14,7 @@
   ``forward`` refuses it but runs without (Granite Speech's mask is over features, not frames);
 - for a model that merges audio features into its text (Qwen2-Audio, Voxtral, ...): ``input_ids``
   with one run of audio placeholder tokens per clip, as many as the model's own audio path yields
-  for this clip (:func:`patcher.audio.tokens.run_audio_path`), and ``attention_mask``; that count
+  for this clip (:func:`patcher.samples.audio.tokens.run_audio_path`), and ``attention_mask``; that count
   per clip where ``forward`` is told it (Phi-4 multimodal's ``audio_embed_sizes``);
 - for an encoder-decoder (Whisper, Moonshine, ...): ``decoder_input_ids`` of ordinary text tokens;
   for one whose encoder reads text and whose clip conditions the decoder (MusicGen, MusicGen

@@ -4,14 +4,14 @@ One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``merged_patc
 ``anyres``, ``naflex``, ``navit_packed``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``,
 ``position_mask``, ``timm_tower``; ``documents``: UDOP, Pix2Struct and PP-FormulaNet, encoder-decoders whose encoder
 takes the page, with builders of their own),
-each an :class:`~patcher.images.layout.ImageLayout` registered with
+each an :class:`~patcher.samples.images.layout.ImageLayout` registered with
 ``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
 builders replace these for its model types. Importing this package registers them all.
 
 The builders take the common sample keywords (``batch_size``, ``seq_len``, ``left_padding``,
 ``device``, ``generator``) plus ``num_images`` (per row), ``image_size`` and ``model``: with a
 model, the image tokens per image are counted by running its own ``get_image_features`` on the
-synthetic pixels (:func:`~patcher.images.tokens.features_per_image`); without (or for a model that
+synthetic pixels (:func:`~patcher.samples.images.tokens.features_per_image`); without (or for a model that
 has none), from the config.
 
 Each layout is checked against the image processor of one of its model types, built offline from its

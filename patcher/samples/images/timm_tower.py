@@ -1,6 +1,6 @@
 """Images for a vision tower that timm builds (``TimmWrapperConfig``): ``pixel_values (N, C, H, W)``.
 
-The config states no image size; the tower does (``patcher.timm_towers``). A ViT with absolute
+The config states no image size; the tower does (``patcher.models.timm_towers``). A ViT with absolute
 position embeddings (PerceptionLM's Perception Encoder) takes the one size it was made for, so a
 second layout is two images per row; a pyramid of strided stages (FastVLM's FastViT, Gemma 3n's
 MobileNetV5) takes any multiple of its total stride, here ``PYRAMID_GRID`` by half that many strides,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..timm_towers import fixed_image_size, timm_level, total_stride
+from ...models.timm_towers import fixed_image_size, timm_level, total_stride
 from .layout import ImageLayout, num_channels, register_layout, vision_config
 from .square import PYRAMID_GRID
 from .tokens import first_field

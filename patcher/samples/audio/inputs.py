@@ -8,7 +8,7 @@ Two kinds of audio input, named by the model's ``forward``:
 - raw waveforms (``input_values``): ``(clips, samples)``.
 
 Which of the two arrangements a tower takes is not in the config: with a model at hand, the first
-arrangement its own audio path runs on is used (:mod:`patcher.audio.tokens`).
+arrangement its own audio path runs on is used (:mod:`patcher.samples.audio.tokens`).
 """
 
 from __future__ import annotations
