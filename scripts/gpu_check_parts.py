@@ -127,7 +127,7 @@ def environment(args) -> None:
 
 
 def slice_names() -> dict[str, list[str]]:
-    """The architectures of the coverage CI slices (tests/test_coverage_{images,video,audio}.py), by
+    """The architectures of the coverage CI slices (tests/coverage/test_coverage_{images,video,audio}.py), by
     modality attempt: the sweep's own fixed, diverse sets, read from the tests that define them."""
     import importlib.util
 
@@ -136,7 +136,7 @@ def slice_names() -> dict[str, list[str]]:
     for attempt, module, name in (("multimodal", "test_coverage_images", "WITH_IMAGES"),
                                   ("video", "test_coverage_video", "WITH_VIDEO"),
                                   ("audio", "test_coverage_audio", "WITH_AUDIO")):
-        spec = importlib.util.spec_from_file_location(module, REPO / "tests" / f"{module}.py")
+        spec = importlib.util.spec_from_file_location(module, REPO / "tests" / "coverage" / f"{module}.py")
         loaded = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(loaded)
         found[attempt] = list(getattr(loaded, name))

@@ -15,7 +15,7 @@ synthetic pixels (:func:`~patcher.samples.images.tokens.features_per_image`); wi
 has none), from the config.
 
 Each layout is checked against the image processor of one of its model types, built offline from its
-defaults and run on a random image (``tests/test_images.py``, ``-k processor``): the same pixel input
+defaults and run on a random image (``tests/samples/test_images.py``, ``-k processor``): the same pixel input
 names, per-image shapes and dtypes, and the same grids, sizes, masks and positions. transformers' PIL
 backends run without torchvision; the processors with a torchvision backend only (Inkling2, LFM2-VL,
 Gemma 4 Unified) are checked where torchvision is installed.

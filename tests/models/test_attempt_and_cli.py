@@ -11,7 +11,7 @@ import transformers
 from patcher import attempt_trace
 from tiny_models import tiny_model
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tiny_qwen2_vl_config():

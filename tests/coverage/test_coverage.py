@@ -63,7 +63,7 @@ MUST_BE_EQUAL = [
     # an encoder that takes only embeddings: inputs_embeds for input_ids (sweep_samples.EMBEDS_ONLY)
     "SeamlessM4TTextToUnitForConditionalGeneration",
     # patch boundaries from an entropy model's predictions (a torch.distributions object, a helper
-    # returning from a branch on values); tests/test_data_dependent_shapes.py varies the patch count
+    # returning from a branch on values); tests/trace/test_data_dependent_shapes.py varies the patch count
     "BltForCausalLM",
 ]
 MULTIMODAL = {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"}

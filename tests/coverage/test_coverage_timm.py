@@ -5,7 +5,7 @@ timm needs a torchvision built for the installed torch, which the main environme
 none of: there these tests skip, and the rows fail at build naming timm (the last test). CI runs them
 in its floor environment (torch 2.10, torchvision 0.25, timm 1.0.31; ``scripts/setup_env.sh``):
 
-    /root/.cache/tracezoo/envs/floor/bin/python -m pytest -q tests/test_coverage_timm.py
+    /root/.cache/tracezoo/envs/floor/bin/python -m pytest -q tests/coverage/test_coverage_timm.py
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ needs_timm = pytest.mark.skipif(
     reason=f"timm and torchvision are not installed here (transformers {transformers.__version__}): timm needs a "
            "torchvision built for the installed torch, which does not install beside the main environment's CPU torch; "
            "CI runs these in its floor environment: "
-           "/root/.cache/tracezoo/envs/floor/bin/python -m pytest -q tests/test_coverage_timm.py")
+           "/root/.cache/tracezoo/envs/floor/bin/python -m pytest -q tests/coverage/test_coverage_timm.py")
 
 
 @needs_timm

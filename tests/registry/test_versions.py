@@ -9,7 +9,7 @@ import pytest
 
 from patcher.registry.versions import CEILINGS, FLOORS, UnsupportedVersionError, check_supported_versions, unsupported
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 @pytest.mark.parametrize("package", sorted(FLOORS))

@@ -10,7 +10,7 @@ from patcher import run_subgraphs, trace_subgraphs
 from patcher.registry.locations import Location
 from patcher.models.traceable import load_traceable, repair
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures"))
 import toy_modeling  # noqa: E402
 
 

@@ -22,7 +22,7 @@ from patcher.registry import rules as registry
 from patcher.registry.guide_table import REGEN_COMMAND, TABLE_END, TABLE_START, with_rule_table
 from patcher.registry.rules import NO_RULE, RULES, diagnose_symptom, rule_for_location
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRANSFORMS = REPO / "patcher" / "rewrite" / "rules"
 FIXTURES = REPO / "tests" / "rewrite" / "fixtures"
 GUIDE = (REPO / "GUIDE.md").read_text(encoding="utf-8")

@@ -2,7 +2,7 @@
 
 Skipped unless ``llmcompressor`` is installed; it lives in a separate environment
 (``bash scripts/setup_llmcompressor.sh``, then ``.venv-llmc/bin/python -m pytest
-tests/test_llmcompressor.py``), because llmcompressor 0.14 requires transformers <= 5.17 and the
+tests/integrations/test_llmcompressor.py``), because llmcompressor 0.14 requires transformers <= 5.17 and the
 main environment runs 5.23. CI runs the cases not marked ``slow`` there.
 
 For every case (every zoo entry's class, vision-language classes outside the zoo made traceable by
@@ -841,7 +841,7 @@ def test_guide_table_of_plain_classes_is_the_measured_one():
     (``test_plain_class_through_both_tracers``)."""
     from pathlib import Path
 
-    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    guide = (Path(__file__).resolve().parents[2] / "GUIDE.md").read_text(encoding="utf-8")
     missing = [row for case in PLAIN_CLASS for row in plain_class_rows(case) if row not in guide]
     assert not missing, "GUIDE.md lacks the measured rows:\n" + "\n".join(missing)
     assert all(LLMC_TRACER[case][0] == "fails" for case in PLAIN_CLASS)
@@ -895,7 +895,7 @@ def test_guide_example_runs(tmp_path, monkeypatch):
     """GUIDE.md's example of the integration, as written (the main environment's doc test skips it)."""
     from pathlib import Path
 
-    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    guide = (Path(__file__).resolve().parents[2] / "GUIDE.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
     example = next(block for block in blocks if "tracezoo_tracing()" in block)
     monkeypatch.chdir(tmp_path)
