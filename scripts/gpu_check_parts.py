@@ -162,7 +162,7 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
 
     from patcher.coverage.check import _build, _text_samples
     from patcher.coverage.discover import find_layers, trace_targets
-    from patcher.coverage.modalities import MODALITIES
+    from patcher.samples.modalities import MODALITIES
     from patcher.coverage.shrink import shrink_config
     from patcher.samples.audio import fill_audio_ids
     from patcher.models import build_model, resolve_model_class

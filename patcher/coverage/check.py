@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..registry.origins import noted_location, original_line
-from .modalities import MIN_INFLUENCE, MODALITIES, Modality
+from ..samples.modalities import MIN_INFLUENCE, MODALITIES, Modality
 from ..verify.compare import compare, sweep_tolerance
 from ..verify.eager import eager_inputs, run_eagerly
 from ..trace.influence import eager_ignores, main_output as _output
@@ -200,8 +200,8 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 def _build(cls: type, config, seed: int):
     from ..samples.audio import has_audio_path
     from ..models import random_model
-    from .modalities.audio import unit_gain_convolutions
-    from .modalities.images import rectifier_gain_timm_convolutions
+    from ..samples.audio.modality import unit_gain_convolutions
+    from ..samples.images.modality import rectifier_gain_timm_convolutions
 
     model = random_model(cls, config, seed)
     if has_audio_path(cls, config):
@@ -406,7 +406,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
 def _text_samples(config, seed: int, model) -> list[dict]:
     """Two text samples: another batch size, length and left padding on the second, so the graph is
     reused on a new layout."""
-    from .sweep_samples import coverage_text_sample, with_encoder_embeds
+    from ..samples.sweep import coverage_text_sample, with_encoder_embeds
 
     return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
                                                              seed=seed), seed),

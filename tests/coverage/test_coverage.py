@@ -16,10 +16,10 @@ import torch
 import transformers
 
 from patcher.coverage import architectures, check_architecture, find_targets, shrink_config, tensor_diff
-from patcher.coverage.modalities import MIN_INFLUENCE, MODALITIES
+from patcher.samples.modalities import MIN_INFLUENCE, MODALITIES
 from patcher.coverage.report import markdown, summary, top_blockers
 from patcher.coverage.runner import run_architectures
-from patcher.coverage.sweep_samples import coverage_text_sample, special_tokens
+from patcher.samples.sweep import coverage_text_sample, special_tokens
 from patcher.coverage.shrink import MIN_INIT_STD
 from versions import class_param, require_classes
 

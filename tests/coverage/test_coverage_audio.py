@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from patcher.coverage import check_architecture
-from patcher.coverage.modalities import MIN_INFLUENCE
-from patcher.coverage.modalities.audio import AUDIO_ONLY
+from patcher.samples.modalities import MIN_INFLUENCE
+from patcher.samples.audio.modality import AUDIO_ONLY
 from versions import class_param, require_classes, source_line
 
 # what each adds to the slice
@@ -145,7 +145,7 @@ def test_shrinking_keeps_a_downsampled_window_a_multiple_of_the_rate():
 #: Audio-code models that build since issue 21, and how far their text attempt gets: "equal", or
 #: the stage where it stops, loudly. What made each build:
 CODEBOOK_ROWS = {
-    # token ids laid out as forward takes codebooks (patcher.coverage.sweep_samples._codebook_layout)
+    # token ids laid out as forward takes codebooks (patcher.samples.sweep._codebook_layout)
     "MusicgenForCausalLM": "equal",                     # (batch * num_codebooks, seq) input_ids
     "MusicgenMelodyForCausalLM": "equal",
     "MusicgenMelodyForConditionalGeneration": "equal",  # + text-encoder input_ids (text_sample)
@@ -224,7 +224,7 @@ def test_a_noisy_audio_path_is_sampled_deterministically():
 
 
 def _influence(model, sample) -> float:
-    from patcher.coverage.modalities.audio import _with_other_audio
+    from patcher.samples.audio.modality import _with_other_audio
 
     with torch.no_grad():
         first = model(**sample).logits
@@ -235,7 +235,7 @@ def _influence(model, sample) -> float:
 def test_a_clip_beside_a_text_encoder_comes_with_the_text_sample_in_codebook_layout():
     # MusicGen Melody: T5 reads input_ids, the chroma clip (batch, frames, num_chroma) is prepended to
     # its states, the decoder reads (batch * num_codebooks, seq) codes
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
 
     model = _tiny("MusicgenMelodyForConditionalGeneration")
     codebooks = model.config.decoder.num_codebooks
@@ -252,7 +252,7 @@ def test_a_clip_that_becomes_the_decoder_input_is_given_no_decoder_ids():
     # MusicGen encodes input_values with EnCodec into decoder_input_ids only when none are given:
     # next to given ids the clip would be ignored. Its codebooks, zeros as built, are drawn from the
     # first clip's frames by audio_samples, else every clip gives the same codes
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
 
     model = _tiny("MusicgenForConditionalGeneration")
     for sample in audio_samples(model.config, model, 0):
@@ -264,7 +264,7 @@ def test_a_clip_that_becomes_the_decoder_input_is_given_no_decoder_ids():
 def test_codec_codes_fill_the_audio_placeholders_and_the_cutoffs_end_each_clip():
     # Csm: each clip's end in its row (input_values_cutoffs), one audio placeholder per Mimi code
     # frame, and a pad (its audio token) that asks for no audio at masked positions
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
 
     model = _tiny("CsmForConditionalGeneration")
     token = model.config.audio_token_id

@@ -9,8 +9,8 @@ import pytest
 
 from patcher.coverage import check_architecture
 from patcher.coverage.check import NO_TOWER
-from patcher.coverage.modalities import MIN_INFLUENCE
-from patcher.coverage.modalities.images import NEEDS_IMAGES
+from patcher.samples.modalities import MIN_INFLUENCE
+from patcher.samples.images.modality import NEEDS_IMAGES
 from versions import class_param
 
 # layout in brackets: what each adds to the slice
@@ -174,7 +174,7 @@ def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence
     import torch
 
     from patcher.coverage.check import Attempt, CoverageRow, check_influence
-    from patcher.coverage.modalities import IMAGES
+    from patcher.samples.modalities import IMAGES
     from patcher.coverage.report import blocker, summary
 
     class IgnoresPixels(torch.nn.Module):

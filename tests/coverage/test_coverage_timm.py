@@ -15,7 +15,7 @@ import transformers
 from transformers.utils import is_timm_available
 
 from patcher.coverage.check import NO_TOWER
-from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.samples.modalities import MIN_INFLUENCE
 from patcher.coverage.shrink import shrink_config
 
 TIMM_VLMS = ["FastVlmForConditionalGeneration", "Gemma3nForConditionalGeneration",

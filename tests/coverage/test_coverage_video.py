@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from patcher.coverage.check import Attempt, CoverageRow, _build, tensor_diff
-from patcher.coverage.modalities import MIN_INFLUENCE
-from patcher.coverage.modalities.images import NEEDS_IMAGES, with_other_pixels
+from patcher.samples.modalities import MIN_INFLUENCE
+from patcher.samples.images.modality import NEEDS_IMAGES, with_other_pixels
 from patcher.coverage.shrink import shrink_config
 from patcher.samples.images.tokens import feature_method_inputs
 from patcher.models import resolve_model_class
@@ -100,7 +100,7 @@ def test_video_share_in_the_summary_and_its_column():
 
 def test_a_video_that_never_reaches_the_logits_fails_the_attempt():
     from patcher.coverage.check import check_influence
-    from patcher.coverage.modalities import VIDEO
+    from patcher.samples.modalities import VIDEO
 
     class IgnoresVideo(torch.nn.Module):
         def forward(self, input_ids, pixel_values_videos):

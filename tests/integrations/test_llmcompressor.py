@@ -127,7 +127,7 @@ def _zoo_case(entry: str):
 def _outside_zoo_case(name: str):
     """The coverage sweep's tiny model, patched by ``load_traceable``, and its two image layouts."""
     from patcher.coverage.check import _build
-    from patcher.coverage.modalities import IMAGES
+    from patcher.samples.modalities import IMAGES
     from patcher.coverage.discover import find_layers, trace_targets
     from patcher.coverage.shrink import shrink_config
     from patcher.models import build_model, resolve_model_class
@@ -708,7 +708,7 @@ def test_moved_value_none_when_running_is_named_as_the_cause(tmp_path):
 
     from patcher.coverage.check import _build
     from patcher.coverage.discover import find_layers, trace_targets
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
     from patcher.coverage.shrink import shrink_config
     from patcher.models import build_model
 
@@ -1008,7 +1008,7 @@ def _moe_case(model_type: str):
     their sequential targets and two text batches (left padding in the first)."""
     from patcher.coverage.discover import find_layers, trace_targets
     from patcher.coverage.shrink import shrink_config
-    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.samples.sweep import coverage_text_sample
     from patcher.models import build_model, random_model
 
     cls = _moe_class(model_type)
@@ -1115,7 +1115,7 @@ def _kv_sharing_gemma4():
     batches of one shape (another batch's keys fit, so only the numbers can tell)."""
     import transformers
     from patcher.coverage.shrink import shrink_config
-    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.samples.sweep import coverage_text_sample
     from patcher.models import random_model
 
     config = shrink_config(transformers.Gemma4TextConfig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from patcher.samples.audio import build_audio_sample, fill_audio_ids, with_other_audio
-from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.samples.modalities import MIN_INFLUENCE
 from patcher.coverage.check import _build
 from patcher.coverage.shrink import shrink_config
 from versions import require_classes

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from patcher.coverage.check import _build, tensor_diff
-from patcher.coverage.modalities import MIN_INFLUENCE
-from patcher.coverage.modalities.images import image_layout, with_other_pixels
+from patcher.samples.modalities import MIN_INFLUENCE
+from patcher.samples.images.modality import image_layout, with_other_pixels
 from patcher.coverage.shrink import shrink_config
 from patcher.samples.images import layout_for, second_layout
 from patcher.samples.images.layout import forward_inputs
@@ -223,7 +223,7 @@ def test_square_sample_has_one_token_per_feature_and_its_pixels_reach_the_logits
 
 
 def test_a_vision_tower_in_the_encoder_config_is_found_and_the_decoder_gets_text():
-    from patcher.coverage.sweep_samples import special_tokens
+    from patcher.samples.sweep import special_tokens
     from patcher.samples.images.layout import vision_config, vision_owner
 
     config, model = tiny("T5Gemma2ForConditionalGeneration")

@@ -152,7 +152,7 @@ def test_csm_traces_its_text_ids_into_one_subgraph_per_backbone_layer_equal_to_e
 
     from patcher import DEFAULT_IGNORE, load_traceable
     from patcher.coverage import shrink_config
-    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.samples.sweep import coverage_text_sample
 
     config = shrink_config(transformers.CsmConfig)
     torch.manual_seed(0)

@@ -89,7 +89,7 @@ def test_moshi_traces_without_labels_into_one_subgraph_per_decoder_layer_equal_t
 
     from patcher import DEFAULT_IGNORE, load_traceable
     from patcher.coverage import shrink_config
-    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.samples.sweep import coverage_text_sample
 
     config = shrink_config(transformers.MoshiConfig)
     torch.manual_seed(0)

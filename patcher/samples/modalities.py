@@ -12,10 +12,10 @@ one module here declaring it, one line below, and the package that builds its sa
 
 from __future__ import annotations
 
-from .audio import AUDIO
-from .base import MIN_INFLUENCE, Modality, built
-from .images import IMAGES
-from .video import VIDEO
+from .audio.modality import AUDIO
+from .declaration import MIN_INFLUENCE, Modality, built
+from .images.modality import IMAGES
+from .video.modality import VIDEO
 
 #: In the report's order (columns, summary, "Per modality" lines, which attempt is the blocker).
 MODALITIES: tuple[Modality, ...] = (IMAGES, VIDEO, AUDIO)

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from ..samples.config_tokens import special_tokens
-from ..samples import multimodal_sample, text_sample
+from .config_tokens import special_tokens
+from . import multimodal_sample, text_sample
 
 
 def _vocab_size(config) -> int:
@@ -109,6 +109,6 @@ def coverage_multimodal_sample(config, *, batch_size: int, seq_len: int, left_pa
 
 
 def has_multimodal_builder(config) -> bool:
-    from ..samples import multimodal_builder
+    from . import multimodal_builder
 
     return multimodal_builder(config.model_type) is not None

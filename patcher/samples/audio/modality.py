@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Modality
+from ..declaration import Modality
 
 #: The stage of a text attempt that failed only because the model needs a clip.
 AUDIO_ONLY = "audio only"
@@ -93,8 +93,8 @@ def audio_samples(config, model, seed: int) -> list[dict]:
     """Clip layouts 0 and 1 (see the module docstring). Each is given the text attempt's sample of
     its shape, token ids in the model's codebook layout, for a clip that sits beside a text encoder
     (MusicGen)."""
-    from ...samples.audio import build_audio_sample
-    from ..sweep_samples import coverage_text_sample
+    from . import build_audio_sample
+    from ..sweep import coverage_text_sample
 
     # here, on the model eager runs, not at build: the traceable copy loads this model's state once
     # the samples are built, codebooks filled; built with the hook too, it would refill them from
@@ -113,13 +113,13 @@ def audio_samples(config, model, seed: int) -> list[dict]:
 
 
 def _with_other_audio(sample: dict, seed: int, config) -> dict:
-    from ...samples import audio
+    from .. import audio
 
     return audio.with_other_audio(sample, seed)
 
 
 def _has_audio_path(cls, config) -> bool:
-    from ...samples.audio import has_audio_path
+    from . import has_audio_path
 
     return has_audio_path(cls, config)
 

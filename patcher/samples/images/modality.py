@@ -8,7 +8,7 @@ import inspect
 
 import torch
 
-from .base import Modality
+from ..declaration import Modality
 
 #: The stage of the text attempt of a model whose forward cannot run without images: BLIP's and
 #: InstructBLIP's required ``pixel_values`` (and ``qformer_input_ids``), Kosmos-2's "``pixel_values``
@@ -48,8 +48,8 @@ def rectifier_gain_timm_convolutions(model, seed: int) -> None:
 
 
 def image_samples(config, model, seed: int) -> list[dict]:
-    from ...samples.images import second_layout
-    from ..sweep_samples import coverage_multimodal_sample
+    from . import second_layout
+    from ..sweep import coverage_multimodal_sample
 
     return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
             coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1, model=model,
@@ -73,7 +73,7 @@ def with_other_pixels(sample: dict, seed: int, layout=None) -> dict:
 
 
 def _builder(config):
-    from ...samples import multimodal_builder
+    from .. import multimodal_builder
 
     return multimodal_builder(config.model_type) if config is not None else None
 
@@ -98,7 +98,7 @@ def builder_location(config) -> str | None:
 
 
 def _has_builder(cls, config) -> bool:
-    from ..sweep_samples import has_multimodal_builder
+    from ..sweep import has_multimodal_builder
 
     return has_multimodal_builder(config)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import Modality
-from .images import NEEDS_IMAGES, with_other_pixels
+from ..declaration import Modality
+from ..images.modality import NEEDS_IMAGES, with_other_pixels
 
 
 def video_samples(config, model, seed: int) -> list[dict]:
-    from ...samples.video import second_video_layout, video_sample
+    from . import second_video_layout, video_sample
 
     return [video_sample(config, batch_size=2, seq_len=8, left_padding=1, model=model,
                          generator=torch.Generator().manual_seed(seed)),
@@ -20,7 +20,7 @@ def video_samples(config, model, seed: int) -> list[dict]:
 
 
 def _has_video_layout(cls, config) -> bool:
-    from ...samples.video import has_video_layout
+    from . import has_video_layout
 
     return has_video_layout(config)
 
