@@ -1,4 +1,7 @@
-"""The :class:`Modality` declaration, and what every modality shares."""
+"""The :class:`Modality` declaration, and what every modality shares.
+
+A modality is declared by ``MODALITY = Modality(...)`` in ``patcher/samples/<modality>/modality.py``,
+beside the package that builds its samples; :mod:`patcher.samples.modalities` finds it there."""
 
 from __future__ import annotations
 
@@ -34,6 +37,12 @@ class Modality:
     vary: Callable[[dict, int, Any], dict]
     #: whether the chain must also give eager's output on the varied sample (not only eager change)
     chain_runs_varied: bool
+    #: its place in the report (columns, summary, "Per modality" lines, which attempt is the
+    #: blocker): :data:`patcher.samples.modalities.MODALITIES` is sorted by it
+    order: int
+    #: the forward input that carries it in most families, the one ``vary`` changes
+    #: (``pixel_values``): what the one-interface test feeds a model that ignores or reads it
+    input_name: str
     #: ``sample_location(config)``: ``file:line`` where a sample whose input never reaches the
     #: output is made, named as the influence failure's location (None: not known)
     sample_location: Callable[[Any], str | None] = lambda config: None

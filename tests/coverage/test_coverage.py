@@ -351,10 +351,6 @@ def test_summary_counts(cache_dir):
     assert top_blockers(rows)[0][1] == 1
 
 
-#: An input each modality's ``vary`` changes (its samples carry it).
-MODALITY_INPUTS = {"images": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
-
-
 @pytest.mark.parametrize("modality", MODALITIES, ids=lambda modality: modality.label)
 def test_every_modality_is_checked_and_reported_through_one_interface(modality):
     # One influence check and one report path for every modality: an input that never reaches the
@@ -369,10 +365,10 @@ def test_every_modality_is_checked_and_reported_through_one_interface(modality):
 
     class Reads(torch.nn.Module):
         def forward(self, input_ids, **inputs):
-            return {"logits": input_ids.float() * inputs[MODALITY_INPUTS[modality.label]].sum()}
+            return {"logits": input_ids.float() * inputs[modality.input_name].sum()}
 
     sample = {"input_ids": torch.ones(2, 3, dtype=torch.long),
-              MODALITY_INPUTS[modality.label]: torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(0))}
+              modality.input_name: torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(0))}
     attempt = Attempt(modality.attempt, ran=True)
     assert check_influence(attempt, modality, Ignores(), sample, Ignores()(**sample), {}, seed=0) is None
     assert attempt.stage == "influence" and attempt.influence == 0.0
@@ -390,7 +386,7 @@ def test_every_modality_is_checked_and_reported_through_one_interface(modality):
     varied, output = check_influence(reads, modality, Reads(), sample, Reads()(**sample), {}, seed=0)
     assert reads.stage is None and reads.influence > MIN_INFLUENCE
     changed = [name for name in sample if not torch.equal(sample[name], varied[name])]
-    assert changed == [MODALITY_INPUTS[modality.label]] and torch.equal(output["logits"], Reads()(**varied)["logits"])
+    assert changed == [modality.input_name] and torch.equal(output["logits"], Reads()(**varied)["logits"])
 
 
 def test_shrinking_scales_grid_pinpoints_with_the_vision_tower():

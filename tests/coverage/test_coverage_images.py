@@ -174,7 +174,7 @@ def test_a_sample_whose_pixels_never_reach_the_logits_fails_the_row_as_influence
     import torch
 
     from patcher.coverage.check import Attempt, CoverageRow, check_influence
-    from patcher.samples.modalities import IMAGES
+    from patcher.samples.images.modality import IMAGES
     from patcher.coverage.report import blocker, summary
 
     class IgnoresPixels(torch.nn.Module):

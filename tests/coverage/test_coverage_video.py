@@ -100,7 +100,7 @@ def test_video_share_in_the_summary_and_its_column():
 
 def test_a_video_that_never_reaches_the_logits_fails_the_attempt():
     from patcher.coverage.check import check_influence
-    from patcher.samples.modalities import VIDEO
+    from patcher.samples.video.modality import VIDEO
 
     class IgnoresVideo(torch.nn.Module):
         def forward(self, input_ids, pixel_values_videos):

@@ -127,7 +127,7 @@ def _zoo_case(entry: str):
 def _outside_zoo_case(name: str):
     """The coverage sweep's tiny model, patched by ``load_traceable``, and its two image layouts."""
     from patcher.coverage.check import _build
-    from patcher.samples.modalities import IMAGES
+    from patcher.samples.images.modality import IMAGES
     from patcher.coverage.discover import find_layers, trace_targets
     from patcher.coverage.shrink import shrink_config
     from patcher.models import build_model, resolve_model_class

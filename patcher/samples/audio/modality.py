@@ -132,4 +132,9 @@ AUDIO = Modality(
     samples=audio_samples,
     vary=_with_other_audio,
     chain_runs_varied=True,
+    order=2,
+    input_name="input_features",
 )
+
+#: what :mod:`patcher.samples.modalities` finds
+MODALITY = AUDIO

@@ -113,6 +113,11 @@ IMAGES = Modality(
     vary=lambda sample, seed, config: with_other_pixels(sample, seed, image_layout(config)),
     # The chain is compared on the two layouts only; the varied sample shows eager's change.
     chain_runs_varied=False,
+    order=0,
+    input_name="pixel_values",
     sample_location=builder_location,
     vision_blocks=True,
 )
+
+#: what :mod:`patcher.samples.modalities` finds
+MODALITY = IMAGES

@@ -36,4 +36,9 @@ VIDEO = Modality(
     # Pix2Struct's do, whose image layout varies them itself)
     vary=lambda sample, seed, config: with_other_pixels(sample, seed),
     chain_runs_varied=True,
+    order=1,
+    input_name="pixel_values_videos",
 )
+
+#: what :mod:`patcher.samples.modalities` finds
+MODALITY = VIDEO
