@@ -2,6 +2,12 @@
 
 Weights are never needed to trace, so models are built from their config on the ``meta``
 device: a real-size config needs no memory for its weights.
+
+This folder holds everything about one model: its class and config (here, and the bundled real
+configs in ``configs/``), its towers (:mod:`.towers`, :mod:`.timm_towers`), its code run on meta
+(:mod:`.meta_mode`), :func:`~.traceable.load_traceable` and the repair loop, one traced attempt
+(:mod:`.attempt`), the re-trace of a repaired file (:mod:`.written_check`) and the options every
+model command shares (:mod:`.arguments`).
 """
 
 from __future__ import annotations

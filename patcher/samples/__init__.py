@@ -4,6 +4,11 @@ Text samples work for every decoder model. Multimodal builders are registered pe
 ``model_type`` with :func:`register_multimodal_sample` (:mod:`patcher.samples.builders`): model
 collections such as the zoo register their own (:mod:`patcher.registry.plugins`), and ``patcher.samples.images``
 one per pixel layout for every image-text-to-text family (a collection's win).
+
+This folder holds every model input: :mod:`.builders` (the registry, the text sample),
+:mod:`.config_tokens`, :mod:`.sweep` (the coverage sweep's samples), and one package per modality
+(``images``, ``video``, ``audio``), each with its ``modality.py`` declaration, which
+:mod:`.modalities` finds (docs/architecture.md, "A modality").
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ def test_every_declaration_under_samples_is_a_modality_in_the_report_order():
     assert len(MODALITIES) == len(folders) == len({modality.label for modality in MODALITIES})
     assert [modality.order for modality in MODALITIES] == sorted(modality.order for modality in MODALITIES)
     # the report's order before the declarations were found (columns, summary, blocker): unchanged
-    assert [modality.label for modality in MODALITIES] == ["images", "video", "audio"]
+    # (a new modality takes its own place among them)
+    assert [modality.label for modality in MODALITIES if modality.label in ("images", "video", "audio")] \
+        == ["images", "video", "audio"]
 
 
 def _package(tmp_path, name: str, declarations: dict[str, str]) -> Path:
