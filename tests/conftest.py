@@ -31,7 +31,7 @@ VERSIONS_SLICE = (
     "tests/verify/test_text_equivalence.py::",
     "tests/coverage/test_coverage.py::test_architecture_traces_and_equals_eager[",
     "tests/coverage/test_coverage_images.py::",
-    "tests/verify/",
+    "tests/verify/test_kernels.py::",
     "tests/silent_wrong/",
     "tests/registry/test_versions.py::",
 )
