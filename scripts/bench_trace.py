@@ -192,7 +192,7 @@ def _build_case(spec: dict):
             sample = text_sample(config, seq_len=spec["seq_len"], generator=torch.Generator().manual_seed(0))
             return model, sample, ["LlamaDecoderLayer"], config.num_hidden_layers
         # the peer's interpreter has no tracezoo: read the same bundled JSON the same way
-        data = json.loads((REPO / "patcher" / "configs" / "Meta-Llama-3-8B.json").read_text())
+        data = json.loads((REPO / "patcher" / "models" / "configs" / "Meta-Llama-3-8B.json").read_text())
         config = AutoConfig.for_model(**data)
     elif case == "llama3-70b":
         config = LlamaConfig(**LLAMA3_70B)
