@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 _LAZY = {
     "Subgraph": "partition", "partition_graph": "partition", "run_subgraphs": "partition",
     "trace_subgraphs": "partition",
-    "find_tower_blocks": "towers", "find_towers": "towers",
+    "find_tower_blocks": "models.towers", "find_towers": "models.towers",
     **{name: "trace" for name in (
         "DEFAULT_IGNORE", "DroppedInputError", "HookError", "IgnoreMatchError", "InputMismatchError", "LeafOutputError",
         "MissingInputError", "MissingTargetsError", "ModelMismatchError", "OutputCaptureError", "SampleInputError",
         "SharedStateError", "StateChangeError", "TargetMatchError", "TraceArgumentError", "TracingError",
         "TrainingModeError", "UnknownInputError", "UntraceableCodeError", "trace_graph")},
-    # how a model collection (the zoo) registers itself: see patcher.plugins
-    "register_drop_in": "plugins", "register_tracing_defaults": "plugins",
-    "register_multimodal_sample": "sample_builders",
+    # how a model collection (the zoo) registers itself: see patcher.registry.plugins
+    "register_drop_in": "registry.plugins", "register_tracing_defaults": "registry.plugins",
+    "register_multimodal_sample": "samples.builders",
 }
 
 
@@ -38,7 +38,7 @@ def __getattr__(name):
         return value
     # attempt_trace pulls in sample builders and config loading; import it on first use.
     if name == "attempt_trace":
-        from .attempt import attempt_trace
+        from .models.attempt import attempt_trace
 
         return attempt_trace
     if name in ("patch_source", "patch_file"):
@@ -46,7 +46,7 @@ def __getattr__(name):
 
         return getattr(rewrite, name)
     if name == "load_traceable":
-        from .traceable import load_traceable
+        from .models.traceable import load_traceable
 
         return load_traceable
     raise AttributeError(f"module 'patcher' has no attribute {name!r}")

@@ -7,7 +7,7 @@ import atexit
 import os
 import sys
 
-from .arguments import add_model_arguments, prepare_from_arguments
+from .models.arguments import add_model_arguments, prepare_from_arguments
 from .models import check_model_id, model_id_help
 
 TRACE_EPILOG = """\
@@ -55,7 +55,7 @@ def _add_trace_parser(subparsers) -> None:
 def _run_trace(args) -> int:
     _check_targets_per_subgraph(args)
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
-    from .attempt import attempt_trace
+    from .models.attempt import attempt_trace
 
     try:
         subgraphs = attempt_trace(
@@ -127,7 +127,7 @@ def _run_repair(args) -> int:
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher repair: error: {exc}", file=sys.stderr)
         return 2
-    from .traceable import repair
+    from .models.traceable import repair
 
     cls, targets = setup.model_class, setup.targets
     result = repair(cls, setup.config, setup.sample, targets, setup.ignore, unused_inputs=args.unused_inputs)
@@ -149,7 +149,7 @@ def _run_repair(args) -> int:
     print(f"wrote {written.output_path} ({len(written.rewrites)} rewrites) and its manifest")
     if not result.traced:
         return 1
-    from .written_check import trace_written_file
+    from .models.written_check import trace_written_file
 
     check = trace_written_file(written.output_path, cls.__name__, setup.config, setup.sample, targets, setup.ignore,
                                args.unused_inputs)
@@ -268,7 +268,7 @@ def console_main() -> None:
     ``patcher plan``, and does nothing a finished command needs. So after ``main`` returns, the
     output is flushed and the exit handlers run (logging, temporary directories, ``atexit``
     registrations), and the process ends without the teardown. Every file the commands write is
-    closed before ``main`` returns (``patcher.files`` writes atomically). A bug's traceback still
+    closed before ``main`` returns (``patcher.rewrite.files`` writes atomically). A bug's traceback still
     takes the normal path. Call ``main`` instead to use the command line from Python.
     """
     code = main()

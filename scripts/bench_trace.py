@@ -24,7 +24,7 @@ Memory is measured twice, in a fresh process per case:
 
 Cases
 -----
-``llama3-8b``   Meta-Llama-3-8B from the bundled config (patcher/configs), on the ``meta`` device;
+``llama3-8b``   Meta-Llama-3-8B from the bundled config (patcher/models/configs), on the ``meta`` device;
                 targets ``LlamaDecoderLayer`` (32 of them).
 ``llama3-70b``  a LlamaConfig with Llama-3-70B's published shape (hidden 8192, 80 layers,
                 64 heads, 8 kv heads, intermediate 28672, vocab 128256), on ``meta``.
@@ -192,7 +192,7 @@ def _build_case(spec: dict):
             sample = text_sample(config, seq_len=spec["seq_len"], generator=torch.Generator().manual_seed(0))
             return model, sample, ["LlamaDecoderLayer"], config.num_hidden_layers
         # the peer's interpreter has no tracezoo: read the same bundled JSON the same way
-        data = json.loads((REPO / "patcher" / "configs" / "Meta-Llama-3-8B.json").read_text())
+        data = json.loads((REPO / "patcher" / "models" / "configs" / "Meta-Llama-3-8B.json").read_text())
         config = AutoConfig.for_model(**data)
     elif case == "llama3-70b":
         config = LlamaConfig(**LLAMA3_70B)

@@ -5,7 +5,7 @@ For each ``*ForCausalLM`` / ``*ForConditionalGeneration`` class of the installed
 shrink its default config, build a tiny random model, find its decoder-layer classes, patch the
 modeling file (``load_traceable``), trace and split it (``trace_subgraphs``), run the chain and
 compare it with the eager original on the traced sample and on a sample of another batch size and
-length. Vision-language models are traced with images too (``patcher.images``, or the zoo's
+length. Vision-language models are traced with images too (``patcher.samples.images``, or the zoo's
 builder): two image layouts (another image size or count), and the eager logits must change when
 only the pixels change (image influence), or the row fails. No hand-written hints per model.
 

@@ -8,7 +8,7 @@ that needs the GPU, and write one report (``gpu_check.md`` and ``gpu_check.json`
 Parts (``--parts`` picks some): ``install``; ``environment`` and ``environment-llmc`` (what each
 environment imports); ``gpu-tests`` (``pytest -m gpu``: the CUDA cases of the ``device``
 parametrization and the tests marked ``gpu``, the zoo in fp32, bf16 and fp16 among them);
-``llmcompressor-tests`` (``tests/test_llmcompressor.py -m "not slow"`` with llm-compressor's
+``llmcompressor-tests`` (``tests/integrations/test_llmcompressor.py -m "not slow"`` with llm-compressor's
 transformers); ``half-precision`` (bf16 and fp16 over the coverage slices); ``real-size-*``
 (Meta-Llama-3-8B, LLaVA-1.5-7B, Gemma-3-4B with random bf16 weights: trace time, chain against
 eager, each subgraph's GPU peak as planned and as measured). Each runs in its own process group
@@ -484,7 +484,7 @@ def plan_parts(args, installed: dict, out: Path) -> list[Part]:
         json_part("environment", ["environment"], 90, 1, main_env),
         json_part("environment-llmc", ["environment", "--require", "llmcompressor"], 90, 1, llmc_env),
         pytest_part("gpu-tests", ["-m", "gpu", "tests"], 200, 1, main_env, 4),
-        pytest_part("llmcompressor-tests", [*llmc_selection, "tests/test_llmcompressor.py"], 200, 1, llmc_env, 2),
+        pytest_part("llmcompressor-tests", [*llmc_selection, "tests/integrations/test_llmcompressor.py"], 200, 1, llmc_env, 2),
         # it stops 20 s before its limit and names the architectures it did not finish
         json_part("half-precision", ["half_precision", "--workers", "1" if args.dry_run else "4", "--seconds", "{seconds}"],
                   200, 1, main_env, shared),

@@ -107,11 +107,11 @@ def environment(args) -> None:
         found["gpu"] = f"not queried: {failure(exc)}"
     try:
         found["tracezoo entry points"] = [entry.value for entry in metadata.entry_points(group="tracezoo.models")]
-        from patcher.plugins import declared_collections, load_collections
+        from patcher.registry.plugins import declared_collections, load_collections
 
         found["model collections"] = declared_collections()
         load_collections()  # as patcher loads them: the zoo registers its sample builders on import
-        from patcher.sample_builders import registered_builder
+        from patcher.samples.builders import registered_builder
         from zoo._entries import ENTRIES, recipe
 
         found["zoo entries (sample builder registered)"] = {
@@ -127,7 +127,7 @@ def environment(args) -> None:
 
 
 def slice_names() -> dict[str, list[str]]:
-    """The architectures of the coverage CI slices (tests/test_coverage_{images,video,audio}.py), by
+    """The architectures of the coverage CI slices (tests/coverage/test_coverage_{images,video,audio}.py), by
     modality attempt: the sweep's own fixed, diverse sets, read from the tests that define them."""
     import importlib.util
 
@@ -136,7 +136,7 @@ def slice_names() -> dict[str, list[str]]:
     for attempt, module, name in (("multimodal", "test_coverage_images", "WITH_IMAGES"),
                                   ("video", "test_coverage_video", "WITH_VIDEO"),
                                   ("audio", "test_coverage_audio", "WITH_AUDIO")):
-        spec = importlib.util.spec_from_file_location(module, REPO / "tests" / f"{module}.py")
+        spec = importlib.util.spec_from_file_location(module, REPO / "tests" / "coverage" / f"{module}.py")
         loaded = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(loaded)
         found[attempt] = list(getattr(loaded, name))
@@ -162,15 +162,15 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
 
     from patcher.coverage.check import _build, _text_samples
     from patcher.coverage.discover import find_layers, trace_targets
-    from patcher.coverage.modalities import MODALITIES
+    from patcher.samples.modalities import MODALITIES
     from patcher.coverage.shrink import shrink_config
-    from patcher.audio import fill_audio_ids
+    from patcher.samples.audio import fill_audio_ids
     from patcher.models import build_model, resolve_model_class
     from patcher.partition import run_subgraphs, trace_subgraphs
     from patcher.trace import DEFAULT_IGNORE, DroppedInputError
     from patcher.trace.influence import eager_ignores, main_output
     from patcher.trace.tracer import sample_keys_not_taken
-    from patcher.traceable import load_traceable
+    from patcher.models.traceable import load_traceable
     from patcher.verify import compare, run_eagerly, tolerance
 
     torch.set_num_threads(2)
@@ -384,7 +384,7 @@ def real_size(args) -> None:
     predicts it against the one measured running that subgraph alone."""
     import torch
 
-    from patcher.attempt import prepare_trace
+    from patcher.models.attempt import prepare_trace
     from patcher.models import build_model
     from patcher.partition import run_subgraphs, trace_subgraphs
     from patcher.plan import plan_model, tensor_bytes

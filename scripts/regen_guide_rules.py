@@ -2,7 +2,7 @@
 """Rewrite GUIDE.md's rule table from the rule registry (patcher/registry/rules.py).
 
 The table sits between two markers in GUIDE.md; everything else in the file is left as is.
-Run it after adding or changing a rule spec; ``tests/test_registry.py`` fails while it is stale.
+Run it after adding or changing a rule spec; ``tests/registry/test_registry.py`` fails while it is stale.
 
     .venv/bin/python scripts/regen_guide_rules.py            # rewrite the table if it changed
     .venv/bin/python scripts/regen_guide_rules.py --check    # only print the diff; exit 1 if any

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Create (or reuse) a SEPARATE virtual environment with llm-compressor 0.14 and tracezoo, for
-# tests/test_llmcompressor.py (skipped in the main environment, where llmcompressor is absent).
+# tests/integrations/test_llmcompressor.py (skipped in the main environment, where llmcompressor is absent).
 # Not part of scripts/test or CI, which install only the main .venv.
 #
 #   bash scripts/setup_llmcompressor.sh                      # -> .venv-llmc (git-ignored)
 #   LLMC_VENV=/tmp/llmc-venv bash scripts/setup_llmcompressor.sh
-#   .venv-llmc/bin/python -m pytest tests/test_llmcompressor.py
+#   .venv-llmc/bin/python -m pytest tests/integrations/test_llmcompressor.py
 #
 # Pins are in constraints-llmc.txt: torch 2.13.0 CPU, installed first and alone so pip takes the
 # CPU wheel and never a CUDA build, then llmcompressor 0.14.0.1, whose own requirement

@@ -28,12 +28,12 @@ DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.gpu)] if torch.cuda
 #: the zoo regenerated for that version. Node id prefixes, from the repository root.
 VERSIONS_SLICE = (
     "tests/zoo/",
-    "tests/test_text_equivalence.py::",
-    "tests/test_coverage.py::test_architecture_traces_and_equals_eager[",
-    "tests/test_coverage_images.py::",
-    "tests/verify/",
+    "tests/verify/test_text_equivalence.py::",
+    "tests/coverage/test_coverage.py::test_architecture_traces_and_equals_eager[",
+    "tests/coverage/test_coverage_images.py::",
+    "tests/verify/test_kernels.py::",
     "tests/silent_wrong/",
-    "tests/test_versions.py::",
+    "tests/registry/test_versions.py::",
 )
 
 

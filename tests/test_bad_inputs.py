@@ -463,7 +463,7 @@ def test_trace_accepts_a_patched_file_and_its_folder(tmp_path, capsys):
         assert status == 0 and "Successfully traced model into 2 subgraphs!" in output, output
 
 
-# ---- the Python API's list and count arguments: one reading everywhere (patcher.normalize)
+# ---- the Python API's list and count arguments: one reading everywhere (patcher.registry.normalize)
 
 
 @pytest.fixture(scope="module")

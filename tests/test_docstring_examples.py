@@ -5,10 +5,10 @@ import importlib
 
 import pytest
 
-MODULES = ["patcher.normalize",
+MODULES = ["patcher.registry.normalize",
            "patcher.partition.paths", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.verify.eager",
-           "patcher.verify.kernels", "patcher.attempt",
-           "patcher.plan.memory", "patcher.plan.report", "patcher.towers", "patcher.trace.tracer"]
+           "patcher.verify.kernels", "patcher.models.attempt",
+           "patcher.plan.memory", "patcher.plan.report", "patcher.models.towers", "patcher.trace.tracer"]
 
 
 @pytest.mark.parametrize("name", MODULES)

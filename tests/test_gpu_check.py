@@ -152,7 +152,7 @@ def test_install_is_skipped_for_another_python(gpu_check, monkeypatch):
 
 def test_a_real_size_part_compares_planned_and_measured_memory_on_the_cpu(tmp_path):
     # The dry run's tiny Llama: on the CPU, the measurement is the live bytes of every storage an
-    # operation returned, what the plan counts on meta, so they agree (tests/test_plan.py: within 5%).
+    # operation returned, what the plan counts on meta, so they agree (tests/plan/test_plan.py: within 5%).
     output = tmp_path / "llama.json"
     run = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_parts.py"), "real_size", "--model",
                           "llama", "--dry-run", "--json", str(output)], capture_output=True, text=True,

@@ -10,7 +10,7 @@ group ``tracezoo.models``, so the patcher imports it on first use): each entry's
 builder, its tracing defaults and its drop-in classes.
 """
 
-from patcher.plugins import register_drop_in, register_tracing_defaults
+from patcher.registry.plugins import register_drop_in, register_tracing_defaults
 
 from ._entries import ENTRIES, export_names, recipe
 

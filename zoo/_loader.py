@@ -35,7 +35,7 @@ def installed_transformers_version() -> str:
 
 def regeneration_dir(entry: str, version: str) -> Path:
     """Where ``entry`` regenerated for transformers ``version`` is written and imported from."""
-    from patcher.traceable import cache_root
+    from patcher.models.traceable import cache_root
 
     return cache_root() / "zoo" / version / entry
 
@@ -49,7 +49,7 @@ def load_entry(entry: str):
     """The generated modeling module of ``entry`` for the installed transformers."""
     if entry in _LOADED:
         return _LOADED[entry]
-    from patcher.traceable import adopt_library_loading
+    from patcher.models.traceable import adopt_library_loading
 
     manifest = committed_manifest(entry)
     if manifest["transformers_version"] == installed_transformers_version():
@@ -82,7 +82,7 @@ def regenerate(entry: str, manifest: dict | None = None):
     imported from :func:`regeneration_dir`, every export of the recipe checked to be in it, and the
     committed rewrites that no longer apply (:func:`vanished_rewrites`). Raises
     :class:`ZooRegenerationError` naming those rewrites when any step fails."""
-    from patcher.traceable import import_generated
+    from patcher.models.traceable import import_generated
 
     from ._entries import recipe
     from ._generate import generate

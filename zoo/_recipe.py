@@ -79,7 +79,7 @@ class SampleLayout:
 
 @dataclass(frozen=True)
 class RealConfig:
-    """A bundled real config (``patcher/configs/<name>.json``) the entry is traced on at full size
+    """A bundled real config (``patcher/models/configs/<name>.json``) the entry is traced on at full size
     (on ``meta``), and what that gives. The numbers are measured once and kept here so that a
     change in the model, the recipe or the tracer shows up as a different count."""
 

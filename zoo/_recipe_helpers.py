@@ -28,7 +28,7 @@ import torch
 import transformers
 
 from patcher.models import random_model
-from patcher.images.tokens import check_counts, pad_token_id, place_spans
+from patcher.samples.images.tokens import check_counts, pad_token_id, place_spans
 from patcher.samples import text_sample
 
 

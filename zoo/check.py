@@ -3,7 +3,7 @@
 Regenerates each entry in memory from its recipe with the installed transformers and patcher,
 prints a unified diff for every file that differs from the committed one (README.md's zoo list
 included), and exits 1 if any does. ``--fix`` writes the regenerated files instead (atomically).
-The comparison is ``patcher.files.stale_files``, the one behind ``patcher patch --check``.
+The comparison is ``patcher.rewrite.files.stale_files``, the one behind ``patcher patch --check``.
 
 When the installed transformers is not the one the committed files were generated for, it says so
 first, once: both versions, and where importing the zoo puts its regenerated modules.
@@ -26,9 +26,9 @@ from ._generate import generate, shared_files
 
 
 def stale_files(entries) -> list:
-    """``patcher.files.StaleFile`` for every committed file of ``entries`` that is not fresh, and
+    """``patcher.rewrite.files.StaleFile`` for every committed file of ``entries`` that is not fresh, and
     for the files every entry is listed in (README.md's zoo list)."""
-    from patcher.files import stale_files as stale
+    from patcher.rewrite.files import stale_files as stale
 
     return [file for entry in entries for file in stale(generate(entry).paths())] + stale(shared_files())
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     if not stale:
         print(f"zoo is fresh ({len(entries)} entries)")
         return 0
-    from patcher.files import write_atomic
+    from patcher.rewrite.files import write_atomic
 
     for file in stale:
         if args.fix:

@@ -2,8 +2,9 @@
 
 - :mod:`.shrink`: ``shrink_config(config_class)``, a tiny config from the class defaults.
 - :mod:`.discover`: ``architectures()`` to cover and ``find_targets(model)`` (decoder layers).
-- :mod:`.sweep_samples`: text samples that avoid special tokens; multimodal ones where a builder exists.
-- :mod:`.modalities`: what the sweep feeds besides text (images, video, audio), one declaration each.
+- the samples come from :mod:`patcher.samples` (:mod:`~patcher.samples.sweep`: text samples that avoid
+  special tokens; :mod:`~patcher.samples.modalities`: what the sweep feeds besides text, one
+  declaration per modality, ``patcher/samples/<modality>/modality.py``).
 - :mod:`.check`: ``check_architecture(name) -> CoverageRow``, never raising for model failures.
 - :mod:`.runner`: one process per architecture with a time limit; :mod:`.report`: tables.
 """

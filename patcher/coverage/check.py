@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..registry.origins import noted_location, original_line
-from .modalities import MIN_INFLUENCE, MODALITIES, Modality
+from ..samples.modalities import MIN_INFLUENCE, MODALITIES, Modality
 from ..verify.compare import compare, sweep_tolerance
 from ..verify.eager import eager_inputs, run_eagerly
 from ..trace.influence import eager_ignores, main_output as _output
@@ -198,10 +198,10 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 
 
 def _build(cls: type, config, seed: int):
-    from ..audio import has_audio_path
+    from ..samples.audio import has_audio_path
     from ..models import random_model
-    from .modalities.audio import unit_gain_convolutions
-    from .modalities.images import rectifier_gain_timm_convolutions
+    from ..samples.audio.modality import unit_gain_convolutions
+    from ..samples.images.modality import rectifier_gain_timm_convolutions
 
     model = random_model(cls, config, seed)
     if has_audio_path(cls, config):
@@ -224,10 +224,10 @@ def check_architecture(
     ``patcher.verify.TOLERANCES``)."""
     from ..models import build_model, resolve_model_class
     from ..trace.tracer import sample_keys_not_taken
-    from ..traceable import load_traceable
+    from ..models.traceable import load_traceable
     from .discover import find_layers, trace_targets
     from .shrink import shrink_config
-    from ..audio import fill_audio_ids
+    from ..samples.audio import fill_audio_ids
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -374,8 +374,8 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
                            original_file, atol) -> None:
     """The image samples again, with the vision tower's blocks before the text layers as targets:
     the class is patched with those blocks as targets too (never hidden in wrapped code)."""
-    from ..towers import find_tower_blocks
-    from ..traceable import load_traceable
+    from ..models.towers import find_tower_blocks
+    from ..models.traceable import load_traceable
 
     attempt = row.vision_blocks = Attempt("vision_blocks", ran=True)
     samples, expected = samples_expected
@@ -406,7 +406,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
 def _text_samples(config, seed: int, model) -> list[dict]:
     """Two text samples: another batch size, length and left padding on the second, so the graph is
     reused on a new layout."""
-    from .sweep_samples import coverage_text_sample, with_encoder_embeds
+    from ..samples.sweep import coverage_text_sample, with_encoder_embeds
 
     return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
                                                              seed=seed), seed),

@@ -70,7 +70,7 @@ def find_layers(model: nn.Module) -> tuple[list[str], str | None]:
     The layers are the children of the shallowest ``nn.ModuleList`` inside the decoder
     (``get_decoder()``, else the model) whose length is the text config's layer count (or, when
     none has that length, the longest list of modules with parameters). Hybrid models give several
-    classes. Falls back to ``patcher.attempt.default_targets`` (``_no_split_modules``).
+    classes. Falls back to ``patcher.models.attempt.default_targets`` (``_no_split_modules``).
     """
     decoder = model
     get_decoder = getattr(model, "get_decoder", None)
@@ -105,7 +105,7 @@ def find_layers(model: nn.Module) -> tuple[list[str], str | None]:
             if type(child).__name__ not in names:
                 names.append(type(child).__name__)
         return names, path
-    from ..attempt import default_targets
+    from ..models.attempt import default_targets
 
     return default_targets(model), None
 

@@ -9,8 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from .check import NO_TOWER, Attempt, CoverageRow
-from .modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
-from .modalities.images import NEEDS_IMAGES
+from ..samples.modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
+from ..samples.images.modality import NEEDS_IMAGES
 
 
 def _pct(part: int, whole: int) -> str:

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 from .check import CoverageRow
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "patcher", "patcher.rewrite",
-           "patcher.traceable", "patcher.coverage.check"]
+           "patcher.models.traceable", "patcher.coverage.check"]
 
 
 def _child(name: str, options: dict, connection) -> None:

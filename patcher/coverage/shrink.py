@@ -18,9 +18,9 @@ import copy
 import math
 from typing import Any
 
-from ..audio.tokens import TOKEN_FIELDS as _AUDIO_PLACEHOLDERS
-from ..config_tokens import ints, is_token_key, is_visual_id_key
-from ..timm_towers import MODEL_ARGS, timm_level
+from ..samples.audio.tokens import TOKEN_FIELDS as _AUDIO_PLACEHOLDERS
+from ..samples.config_tokens import ints, is_token_key, is_visual_id_key
+from ..models.timm_towers import MODEL_ARGS, timm_level
 from .shrink_timm import shrink_timm_level
 
 HIDDEN = 64

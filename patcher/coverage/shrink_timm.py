@@ -2,7 +2,7 @@
 
 A ``TimmWrapperConfig`` level (FastVLM, Gemma 3n, PerceptionLM) states no sizes of its tower: they
 are the keyword arguments the timm architecture's entry point hands its model class
-(``patcher.timm_towers.constructor_arguments``). Those are lowered by name like a config's fields,
+(``patcher.models.timm_towers.constructor_arguments``). Those are lowered by name like a config's fields,
 and the ones that changed go into ``model_args``, which ``timm.create_model`` lets override them:
 
 - widths (``embed_dim``, per-stage ``embed_dims``, a block's ``out_chs``, ``stem_size``) to the tiny
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..timm_towers import MODEL_ARGS, constructor_arguments, output_width, timm_level
+from ..models.timm_towers import MODEL_ARGS, constructor_arguments, output_width, timm_level
 
 #: timm's names for sizes that a config names otherwise: each is lowered as the config field it
 #: stands for (``shrink._Shrinker._scalar``'s tables: widths to the tiny width, heads, head dims)

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import nn
 
-from ..normalize import input_names, positive_int
+from ..registry.normalize import input_names, positive_int
 from ..trace.graph_runtime import gc_paused
 from ..trace.record import given_inputs, input_kind
 from ..trace.tracer import trace_graph
@@ -139,7 +139,7 @@ def trace_subgraphs(
     error, never a silent drop.
 
     An argument of the wrong type raises ``TypeError``, a ``targets_per_subgraph`` below 1
-    ``ValueError``, both naming the argument (:mod:`patcher.normalize`), before anything is traced.
+    ``ValueError``, both naming the argument (:mod:`patcher.registry.normalize`), before anything is traced.
 
     Example (a tiny Llama built from its config)::
 

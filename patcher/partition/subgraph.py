@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import fx, nn
 
-from ..normalize import positive_int
+from ..registry.normalize import positive_int
 from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph

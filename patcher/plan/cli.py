@@ -25,9 +25,9 @@ Exit status: 0 planned, 1 failed to trace or to run on meta tensors, 2 bad argum
 
 
 def add_plan_parser(subparsers) -> None:
-    from ..arguments import add_model_arguments
+    from ..models.arguments import add_model_arguments
     from ..models import model_id_help
-    from ..normalize import MAX_SAMPLE_TOKENS
+    from ..registry.normalize import MAX_SAMPLE_TOKENS
 
     parser = subparsers.add_parser(
         "plan",
@@ -52,7 +52,7 @@ def add_plan_parser(subparsers) -> None:
 def run_plan(args) -> int:
     from ..models import check_model_id
 
-    from ..normalize import sample_shape
+    from ..registry.normalize import sample_shape
 
     try:
         for option, value in (("--batch", args.batch), ("--seq-len", args.seq_len), ("--samples", args.samples),

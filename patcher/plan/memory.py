@@ -24,11 +24,11 @@ import torch
 from torch import fx, nn
 
 
-from ..normalize import positive_int
+from ..registry.normalize import positive_int
 from ..partition import Subgraph
 from ..partition.subgraph import subgraph_list
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot
-from ..meta_mode import MetaWhereMixed, is_integer, untracked
+from ..models.meta_mode import MetaWhereMixed, is_integer, untracked
 from .live import LiveBytes
 from .module_cache import ModuleCache, all_meta, fresh_copy
 
@@ -224,7 +224,7 @@ def propagate(model: nn.Module, subgraph: Subgraph, inputs: Mapping[str, Any],
     the end) plus, while a node runs, what it allocates beyond them (``tracker``: the inside of a
     called module, e.g. attention scores and MLP intermediates).
 
-    Integer sample inputs may be real CPU tensors (see :class:`~patcher.meta_mode.MetaWhereMixed`). A function
+    Integer sample inputs may be real CPU tensors (see :class:`~patcher.models.meta_mode.MetaWhereMixed`). A function
     that needs values of a meta tensor runs on CPU stand-ins of ones instead, and its result goes
     back to meta."""
     root = GraphRoot(model, subgraph.constants)

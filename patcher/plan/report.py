@@ -70,21 +70,21 @@ def plan_model(
     """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
     ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
 
-    Targets and ignore entries read as in :func:`patcher.attempt.prepare_trace` (names, ``re:``
+    Targets and ignore entries read as in :func:`patcher.models.attempt.prepare_trace` (names, ``re:``
     patterns or ``nn.Module`` subclasses; a single string or class is one entry);
     ``unused_inputs`` names sample inputs the model does not read, as in
     :func:`~patcher.partition.trace_subgraphs`.
     ``batch_size``, ``seq_len``, ``samples`` and ``targets_per_subgraph`` are ints >= 1, and a
-    batch holds at most :data:`patcher.normalize.MAX_SAMPLE_TOKENS` tokens. A wrong type raises
+    batch holds at most :data:`patcher.registry.normalize.MAX_SAMPLE_TOKENS` tokens. A wrong type raises
     ``TypeError``, a wrong value ``ValueError``, naming the argument, before the model is built
-    (:mod:`patcher.normalize`).
+    (:mod:`patcher.registry.normalize`).
 
     >>> plan = plan_model("LlamaForCausalLM", "Meta-Llama-3-8B", seq_len=2048, samples=512, algorithm="gptq")
     >>> len(plan.subgraphs), plan.subgraphs[1].input_bytes_per_batch  # hidden states, cos/sin (bf16), position ids
     (33, 17842176)
     """
-    from ..attempt import in_cli_order, prepare_trace
-    from ..normalize import input_names, positive_int, sample_shape
+    from ..models.attempt import in_cli_order, prepare_trace
+    from ..registry.normalize import input_names, positive_int, sample_shape
     from ..partition import trace_subgraphs
 
     batch_size, seq_len = sample_shape(batch_size, seq_len)

@@ -6,7 +6,10 @@
   and the renderer recognise;
 - :mod:`.ignore`: the functions and methods kept opaque by default;
 - :mod:`.locations`: :class:`~.locations.Location`, a line (or function) a tracer failure asks
-  the rewriter to rewrite, with the rule or symptom it names.
+  the rewriter to rewrite, with the rule or symptom it names;
+- :mod:`.normalize`: one reading of the targets, ignore entries, input names and counts every
+  entry point takes;
+- :mod:`.plugins`: the hooks model collections (the zoo) register through, and their entry points.
 
 Pure Python, importing nothing from ``patcher`` (nor torch, transformers, libcst): ``rewrite``,
 ``trace`` and the command line all read it, and ``patcher patch --help`` stays cheap.

@@ -1,5 +1,5 @@
 """GUIDE.md's rule table, rendered from the specs: ``scripts/regen_guide_rules.py`` writes it
-between the markers below, and ``tests/test_registry.py`` fails when the file is stale."""
+between the markers below, and ``tests/registry/test_registry.py`` fails when the file is stale."""
 
 from __future__ import annotations
 

@@ -57,10 +57,10 @@ FORWARDED_BY_REWRITER: tuple[str, ...] = tuple(name for name in DEFAULT_IGNORE
 
 def resolve_ignore(ignore: Iterable[str] | str | None) -> list[str]:
     """The ignore list to use: ``None`` means :data:`DEFAULT_IGNORE`, an empty list nothing; else
-    :func:`patcher.normalize.module_entries` (a single string or module class is one entry, never
+    :func:`patcher.registry.normalize.module_entries` (a single string or module class is one entry, never
     split into characters; another type raises ``TypeError``)."""
     if ignore is None:
         return list(DEFAULT_IGNORE)
-    from ..normalize import module_entries
+    from .normalize import module_entries
 
     return module_entries(ignore, "ignore", functions=True)

@@ -4,7 +4,7 @@ A rule is three things: this spec, one transform module in ``patcher/rewrite/rul
 ``RuleSpec.transform``, exposing ``SPEC``, ``HOOKS`` and ``rewrite(stmt, ctx)``) and one fixture folder of
 the same name in ``tests/rewrite/fixtures/``. The rewriter runs the transforms in precedence
 order, the tracer's diagnosis matches the symptoms, and ``patcher patch --help``, the manifest and
-GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/test_registry.py``
+GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/registry/test_registry.py``
 holds them together.
 """
 

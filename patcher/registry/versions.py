@@ -1,6 +1,6 @@
 """The torch and transformers releases tracezoo supports: the oldest ones CI proves.
 
-``pyproject.toml`` declares the same floors (``tests/test_versions.py`` keeps them equal), but an
+``pyproject.toml`` declares the same floors (``tests/registry/test_versions.py`` keeps them equal), but an
 environment can hold older releases anyway (``pip install --no-deps``, a preinstalled image), and
 below these floors tracezoo is known to fail or, worse, to be silently wrong, so the tracer refuses
 to start there instead:

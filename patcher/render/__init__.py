@@ -75,7 +75,7 @@ def render_partition(subgraphs: Sequence[Subgraph], traced: TracedGraph | None =
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     if fmt in TEXT_FORMATS:
-        from ..files import write_atomic
+        from ..rewrite.files import write_atomic
 
         write_atomic(path, text)
         return path
@@ -94,9 +94,9 @@ def run_dot(text: str, path: Path, fmt: str, dot: str | None = None, options: Se
     """Run graphviz on DOT ``text``, writing ``path`` in format ``fmt`` (svg, png, pdf).
 
     Graphviz writes a temporary file next to ``path``, renamed over it once complete: a failed,
-    interrupted or killed run leaves ``path`` as it was (see ``patcher.files.write_atomic_with``).
+    interrupted or killed run leaves ``path`` as it was (see ``patcher.rewrite.files.write_atomic_with``).
     """
-    from ..files import write_atomic_with
+    from ..rewrite.files import write_atomic_with
 
     program = find_dot(dot)
     if program is None:

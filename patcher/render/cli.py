@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..arguments import add_model_arguments
+from ..models.arguments import add_model_arguments
 from ..models import model_id_help
 
 GRAPH_EPILOG = """\
@@ -68,7 +68,7 @@ def run_graph(args) -> int:
     from ..models import check_model_id
 
     check_model_id(args.model_id)  # before torch and the model's module are imported (seconds)
-    from ..arguments import prepare_from_arguments
+    from ..models.arguments import prepare_from_arguments
     from ..partition import partition_graph
     from ..trace import TracingError, trace_graph
     from ..trace.errors import TraceArgumentError

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import libcst as cst
 
-from ..files import stale_files, write_pair_atomic
-from ..normalize import module_entries
+from .files import stale_files, write_pair_atomic
+from ..registry.normalize import module_entries
 from ..registry.locations import Location
 from ..registry.locations import decode as decode_locations
 from ..registry.origins import line_map
@@ -98,7 +98,7 @@ def patch_source(
     the sequential target modules (never hidden inside wrapped code). `ignore`: extra function or
     method names to call opaquely (added to ``registry.ignore.FORWARDED_BY_REWRITER``: the tracer's
     DEFAULT_IGNORE less its checks and tower helpers). For both, a single string or ``nn.Module``
-    subclass is one entry (:mod:`patcher.normalize`). `locations`:
+    subclass is one entry (:mod:`patcher.registry.normalize`). `locations`:
     :class:`~patcher.registry.locations.Location` entries, or the ``(lineno, rule code or symptom
     key)`` pairs they decode from (lines of `source`), from tracer failures: rewritten even where
     static detection sees nothing; a string instead of a line number names a function or method

@@ -242,7 +242,7 @@ def library_class_fix(model_class: type, construct: UntraceableConstruct) -> str
     rewrites: not the rule (that would mean editing the installed transformers), but the class
     made traceable by ``load_traceable``, or a collection's drop-in (the zoo's) where one exists.
     None where that is not the situation (a generated or zoo class, a user's own file, shared code)."""
-    from ..plugins import drop_in_for
+    from ..registry.plugins import drop_in_for
 
     if (not construct.symptom.rule or construct.reached_from is not None
             or not model_class.__module__.startswith("transformers.") or not in_transformers_models(construct.filename)):

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from torch import nn
 
-from ..normalize import module_entries
+from ..registry.normalize import module_entries
 from .errors import TargetMatchError
 
 REGEX_PREFIX = "re:"
@@ -51,7 +51,7 @@ def class_name_entries(entries: Iterable[str | type] | str | type) -> list[str]:
 
 
 def parse_patterns(entries: Iterable[str | type] | str | type | None, argument: str = "entries") -> list[ModulePattern]:
-    """``entries`` (normalised by :func:`patcher.normalize.module_entries`; ``argument`` names them in
+    """``entries`` (normalised by :func:`patcher.registry.normalize.module_entries`; ``argument`` names them in
     its errors) as patterns."""
     return [ModulePattern.parse(entry) for entry in module_entries(entries, argument, functions=True)]
 
@@ -82,7 +82,7 @@ def match_modules(
 def resolve_targets(model: nn.Module, sequential_targets: Iterable[str | type] | str | type) -> dict[str, nn.Module]:
     """Modules selected by ``sequential_targets``, outermost first; every entry must match.
 
-    Entries are read by :func:`patcher.normalize.module_entries` (an ``nn.Module`` subclass means
+    Entries are read by :func:`patcher.registry.normalize.module_entries` (an ``nn.Module`` subclass means
     its name; a single string or class is one entry; another type raises ``TypeError``).
 
     >>> from torch import nn

@@ -23,7 +23,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
-from ..normalize import input_names
+from ..registry.normalize import input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
@@ -758,7 +758,7 @@ def trace_graph(
     ``ignore=None`` (the default) means :data:`DEFAULT_IGNORE`; pass ``[]`` to ignore nothing,
     or ``[*DEFAULT_IGNORE, ...]`` to add to the defaults. Targets and ignore entries are names
     (or ``re:`` patterns) or ``nn.Module`` subclasses (meaning their name); a single string or
-    class is one entry, as is a single string for ``unused_inputs`` (see :mod:`patcher.normalize`:
+    class is one entry, as is a single string for ``unused_inputs`` (see :mod:`patcher.registry.normalize`:
     an argument of another type raises ``TypeError`` naming it).
 
     Sample tensors (and other objects) become the graph's inputs; ``None`` and Python scalars

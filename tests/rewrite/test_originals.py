@@ -18,7 +18,7 @@ import torch
 
 from patcher.rewrite import patch_source
 from patcher.rewrite.originals import source_class, unchanged_classes
-from patcher.traceable import load_traceable
+from patcher.models.traceable import load_traceable
 
 TOY = textwrap.dedent('''
     import logging

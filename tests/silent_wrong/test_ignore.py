@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
-from patcher.attempt import prepare_trace
+from patcher.models.attempt import prepare_trace
 from patcher.samples import text_sample
 from tiny_models import tiny_model
 

@@ -16,10 +16,10 @@ import transformers
 from patcher import run_subgraphs, trace_subgraphs
 from patcher.coverage.check import _build
 from patcher.coverage.shrink import shrink_config
-from patcher.coverage.sweep_samples import coverage_multimodal_sample
+from patcher.samples.sweep import coverage_multimodal_sample
 from patcher.models import build_model
 from patcher.trace.graph_runtime import module_device
-from patcher.traceable import load_traceable
+from patcher.models.traceable import load_traceable
 from patcher.verify import run_eagerly
 
 TARGETS = ["LlamaDecoderLayer"]

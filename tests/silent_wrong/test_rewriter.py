@@ -82,7 +82,7 @@ import sys
 import torch
 
 from patcher import trace_graph
-from patcher.traceable import load_traceable
+from patcher.models.traceable import load_traceable
 
 print("TOP LEVEL RUN")
 
@@ -145,7 +145,7 @@ def test_load_traceable_on_a_script_patches_once(tmp_path):
 def test_load_traceable_refuses_a_class_it_cannot_regenerate():
     import pytest
 
-    from patcher.traceable import TraceableLoadError, load_traceable
+    from patcher.models.traceable import TraceableLoadError, load_traceable
 
     def make():
         class Local(torch.nn.Module):

@@ -25,7 +25,7 @@ from torch import nn
 
 from patcher import SharedStateError, load_traceable, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.coverage import shrink_config
-from patcher.coverage.sweep_samples import coverage_text_sample
+from patcher.samples.sweep import coverage_text_sample
 from patcher.models import random_model
 from patcher.samples import multimodal_sample
 from patcher.verify import run_eagerly

@@ -265,8 +265,8 @@ def test_readme_zoo_list_is_generated_between_its_markers():
 def test_real_configs_are_bundled_with_a_readme_row(entry):
     import patcher
 
-    configs = Path(patcher.__file__).parent / "configs"
+    configs = Path(patcher.__file__).parent / "models" / "configs"
     table = (configs / "README.md").read_text(encoding="utf-8")
     for real in recipe(entry).real_configs:
         assert (configs / f"{real.name}.json").is_file(), real.name
-        assert f"\n| {real.name} |" in table, f"patcher/configs/README.md has no row for {real.name}"
+        assert f"\n| {real.name} |" in table, f"patcher/models/configs/README.md has no row for {real.name}"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import zoo
 from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.models import build_model, load_config
-from patcher.traceable import GENERATED_PREFIX
+from patcher.models.traceable import GENERATED_PREFIX
 from patcher.verify import EXACT, assert_equivalent, run_eagerly, tolerance
 from zoo._entries import ENTRIES, recipe
 

@@ -1,0 +1,59 @@
+"""The :class:`Modality` declaration, and what every modality shares.
+
+A modality is declared by ``MODALITY = Modality(...)`` in ``patcher/samples/<modality>/modality.py``,
+beside the package that builds its samples; :mod:`patcher.samples.modalities` finds it there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+#: Eager's output must move by more than this when only a modality's input changes.
+MIN_INFLUENCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Modality:
+    #: the report's name for it: "images: built ..." (summary, "Per modality")
+    label: str
+    #: one item of it: "no image influence", "the image never reaches them", "image sample"
+    noun: str
+    #: the ``Attempt.mode``, the ``CoverageRow`` field and the report column of its attempts
+    attempt: str
+    #: what the classes given it have, in the summary: "images: 75 with a sample builder"
+    given: str
+    #: what ``vary`` changes, in words: "... when only the pixels changed"
+    varied: str
+    #: where to look when its input never reaches eager's output
+    hint: str
+    #: the text attempt's stage when eager fails on text alone but runs on this modality's sample:
+    #: the class needs this input, so its text failure is not the row's blocker
+    text_alone: str
+    #: ``takes(cls, config)``: whether the class is given this modality
+    takes: Callable[[type, Any], bool]
+    #: ``samples(config, model, seed)``: the samples the chain is traced on (the first) and run on
+    samples: Callable[[Any, Any, int], list[dict]]
+    #: ``vary(sample, seed, config)``: the sample with only this modality's input changed
+    vary: Callable[[dict, int, Any], dict]
+    #: whether the chain must also give eager's output on the varied sample (not only eager change)
+    chain_runs_varied: bool
+    #: its place in the report (columns, summary, "Per modality" lines, which attempt is the
+    #: blocker): :data:`patcher.samples.modalities.MODALITIES` is sorted by it
+    order: int
+    #: the forward input that carries it in most families, the one ``vary`` changes
+    #: (``pixel_values``): what the one-interface test feeds a model that ignores or reads it
+    input_name: str
+    #: ``sample_location(config)``: ``file:line`` where a sample whose input never reaches the
+    #: output is made, named as the influence failure's location (None: not known)
+    sample_location: Callable[[Any], str | None] = lambda config: None
+    #: whether its samples are run again with the vision tower's blocks as targets too
+    vision_blocks: bool = False
+
+    def given_to(self, rows) -> list:
+        """The attempts of this modality in ``rows`` (rows of classes not given it have none)."""
+        return [attempt for attempt in (getattr(row, self.attempt, None) for row in rows) if attempt is not None]
+
+
+def built(attempt) -> bool:
+    """A modality's sample is built when eager ran on it and its input reached eager's output."""
+    return attempt.ran and attempt.stage not in ("sample", "eager", "influence")

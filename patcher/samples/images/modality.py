@@ -1,0 +1,123 @@
+"""Images: a class with a registered sample builder (``patcher.samples.images``' layouts, or the zoo's)
+gets two image layouts, another image size where the family takes several, else two images per
+row, so the graph is reused on a new layout."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from ..declaration import Modality
+
+#: The stage of the text attempt of a model whose forward cannot run without images: BLIP's and
+#: InstructBLIP's required ``pixel_values`` (and ``qformer_input_ids``), Kosmos-2's "``pixel_values``
+#: or ``image_embeds``", InstructBLIP-Video's frames. Decided by evidence, not by a list: eager raised
+#: on the text sample and ran on the image or video sample (the same kind of text, plus the layout's
+#: pixel inputs). The text attempt then keeps its error and is neither a failure nor a success; the
+#: row is built, traced and compared by its image (or video) attempts alone (and the report counts it
+#: apart, "need images"). A text sample that fails while the image sample fails too stays a build
+#: failure.
+NEEDS_IMAGES = "needs images"
+
+
+def rectifier_gain_timm_convolutions(model, seed: int) -> None:
+    """Redraw every convolution weight inside a vision tower that timm builds (a module whose
+    ``config`` wraps a timm architecture, ``patcher.models.timm_towers``) with He's std ``sqrt(2 / fan_in)``,
+    so that each convolution and the rectifier after it carry the image on at about its own scale, as
+    in a trained tower.
+
+    timm leaves most convolutions at torch's default init (std ``1 / sqrt(3 * fan_in)``) and
+    transformers' TimmWrapper re-initialises only its linear layers. Tiny FastViT (FastVLM's tower,
+    reparameterised as its checkpoints: no residual around the convolutions) stacks a dozen
+    convolutions each followed by a GELU: each pair passed ~0.3 of the image on, ~1e-7 of it reached
+    the logits, under the influence check's threshold; a tower whose image is drowned out would hide
+    a graph that drops it."""
+    from ...models.timm_towers import timm_level
+
+    generator = torch.Generator().manual_seed(seed + 4)
+    with torch.no_grad():
+        for tower in model.modules():
+            if timm_level(getattr(tower, "config", None)) is None:
+                continue
+            for module in tower.modules():
+                if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+                    weight = module.weight
+                    value = torch.randn(weight.shape, generator=generator) * (2 / weight[0].numel()) ** 0.5
+                    weight.copy_(value.to(weight.dtype))
+
+
+def image_samples(config, model, seed: int) -> list[dict]:
+    from . import second_layout
+    from ..sweep import coverage_multimodal_sample
+
+    return [coverage_multimodal_sample(config, batch_size=2, seq_len=8, left_padding=1, seed=seed, model=model),
+            coverage_multimodal_sample(config, batch_size=1, seq_len=13, seed=seed + 1, model=model,
+                                       **second_layout(config))]
+
+
+def with_other_pixels(sample: dict, seed: int, layout=None) -> dict:
+    """The sample with other pixel values: the image layout's own ``other_pixels`` where it has one
+    (patch rows carrying their grid position), else every floating-point image input
+    (``pixel_values``, ``image_patches``, ``flattened_patches``, ...) replaced by other random values
+    of the same shape; tokens, sizes and masks unchanged."""
+    generator = torch.Generator().manual_seed(seed + 7919)
+    if layout is not None and layout.other_pixels is not None:
+        return layout.other_pixels(sample, generator)
+    other = dict(sample)
+    for name, value in sample.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() \
+                and any(word in name for word in ("pixel", "image", "patches")):
+            other[name] = torch.randn(value.shape, generator=generator).to(value.dtype)
+    return other
+
+
+def _builder(config):
+    from .. import multimodal_builder
+
+    return multimodal_builder(config.model_type) if config is not None else None
+
+
+def image_layout(config):
+    """The image layout (``patcher.samples.images``) whose builder makes the config's samples; None for
+    other builders (the zoo's)."""
+    return getattr(_builder(config), "layout", None)
+
+
+def builder_location(config) -> str | None:
+    """``file:line`` of the image sample builder used for the config (where a broken sample is made)."""
+    from ...trace.diagnose import _short_path
+
+    builder = _builder(config)
+    layout = getattr(builder, "layout", None)
+    target = layout.pixels if layout is not None else builder
+    try:
+        return f"{_short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
+    except (TypeError, OSError):
+        return None
+
+
+def _has_builder(cls, config) -> bool:
+    from ..sweep import has_multimodal_builder
+
+    return has_multimodal_builder(config)
+
+
+IMAGES = Modality(
+    label="images", noun="image", attempt="multimodal", given="with a sample builder", varied="the pixels",
+    hint="check the sample's image tokens and pixel layout, and that the tiny vision tower's output depends on "
+         "its pixels",
+    text_alone=NEEDS_IMAGES,
+    takes=_has_builder,
+    samples=image_samples,
+    vary=lambda sample, seed, config: with_other_pixels(sample, seed, image_layout(config)),
+    # The chain is compared on the two layouts only; the varied sample shows eager's change.
+    chain_runs_varied=False,
+    order=0,
+    input_name="pixel_values",
+    sample_location=builder_location,
+    vision_blocks=True,
+)
+
+#: what :mod:`patcher.samples.modalities` finds
+MODALITY = IMAGES

@@ -1,0 +1,176 @@
+"""Moved code that may return None is traced through where the trace can decide it.
+
+The rewriter moves a branch it cannot decide statically (``if input_ids.ndim == 2:``) into a
+``_wrapped_*`` function, one opaque call while tracing. A name that branch sets to None
+(``input_ids = None`` once the ids are embedded) was then a traced value, never None, and code
+after it decided ``is None`` for a value: Csm's backbone got ids and embeddings and refused both.
+The rank of a sample tensor is a constant of the trace (checked at every run), so such a branch
+on it is decided and the call traced through; a branch on data still cannot be decided, and the
+call stays one opaque node with nothing of the attempt left in the graph.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import fx, nn
+
+from patcher import run_subgraphs, trace_subgraphs
+from patcher.trace import InputMismatchError
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, hidden):
+        return torch.relu(self.linear(hidden))
+
+
+class Backbone(nn.Module):
+    """Takes ids or embeddings, exactly one (as transformers' decoders do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed_codes = nn.Embedding(8, 4)
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        hidden = self.embed_codes(input_ids).sum(-2) if inputs_embeds is None else inputs_embeds
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return hidden
+
+
+def _wrapped_forward_input_ids_ndim(self, input_ids, inputs_embeds):
+    # as the rewriter moves Csm's `if input_ids is not None and input_ids.ndim == 2:`
+    if input_ids.ndim == 2:
+        inputs_embeds = self.embed_text(input_ids)
+        input_ids = None
+    return (inputs_embeds, input_ids)
+
+
+def _wrapped_forward_gate(self, hidden, gate):
+    # a branch on data: cannot be decided while tracing
+    hidden = self.proj(hidden)
+    if gate.sum() > 0:
+        gate = None
+    return (hidden, gate)
+
+
+def _wrapped_forward_mask_ndim(hidden, mask):
+    if hidden.ndim == 3:
+        mask = None
+    return (hidden, mask)
+
+
+fx.wrap("_wrapped_forward_input_ids_ndim")
+fx.wrap("_wrapped_forward_gate")
+fx.wrap("_wrapped_forward_mask_ndim")
+
+
+class TextOrCodes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_text = nn.Embedding(8, 4)
+        self.backbone = Backbone()
+
+    def forward(self, input_ids, inputs_embeds=None):
+        input_ids, inputs_embeds = _wrapped_forward_input_ids_ndim(self, input_ids, inputs_embeds)[::-1]
+        return {"logits": self.backbone(input_ids=input_ids, inputs_embeds=inputs_embeds)}
+
+
+class Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def forward(self, hidden, gate):
+        hidden, gate = _wrapped_forward_gate(self, hidden, gate)
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return {"logits": hidden if gate is None else hidden * gate}
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def forward(self, hidden, mask):
+        hidden, mask = _wrapped_forward_mask_ndim(hidden, mask)
+        for layer in self.layers:
+            hidden = layer(hidden)
+        return {"logits": hidden if mask is None else hidden * mask}
+
+
+def _ids(*shape, seed=0):
+    return torch.randint(0, 8, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("shape", [(2, 5), (2, 5, 3)], ids=["text ids", "codebook ids"])
+def test_a_branch_on_an_input_rank_is_decided_and_its_none_seen_by_the_code_after_it(shape):
+    torch.manual_seed(0)
+    model = TextOrCodes().eval()
+    sample = {"input_ids": _ids(*shape)}
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    assert len(subgraphs) == 3
+    other = {"input_ids": _ids(*shape, seed=1)}
+    with torch.no_grad():
+        for inputs in (sample, other):
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])
+
+
+def test_an_input_of_another_rank_than_traced_is_refused():
+    model = TextOrCodes().eval()
+    subgraphs = trace_subgraphs(model, {"input_ids": _ids(2, 5)}, ["Layer"])
+    with pytest.raises(InputMismatchError, match="'input_ids' has 3 dimensions, but the graph was traced with 2"):
+        run_subgraphs(model, subgraphs, {"input_ids": _ids(2, 5, 3)})
+
+
+def test_code_decided_by_data_stays_one_call_with_nothing_of_the_attempt_left():
+    torch.manual_seed(0)
+    model = Gated().eval()
+    sample = {"hidden": torch.randn(2, 4), "gate": torch.ones(2, 4)}
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    nodes = [node for subgraph in subgraphs for node in subgraph.graph.nodes]
+    assert not any(node.op == "call_module" and node.target == "proj" for node in nodes)  # taken back
+    assert sum(node.target is _wrapped_forward_gate for node in nodes) == 1
+    # the opaque call's result is a traced value, never None while tracing: the branch after it
+    # was decided for a gate, which the graph still runs right where the gate stays
+    kept = {"hidden": torch.randn(2, 4), "gate": -torch.ones(2, 4)}
+    with torch.no_grad():
+        assert torch.equal(run_subgraphs(model, subgraphs, kept)["logits"], model(**kept)["logits"])
+
+
+def test_csm_traces_its_text_ids_into_one_subgraph_per_backbone_layer_equal_to_eager():
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable
+    from patcher.coverage import shrink_config
+    from patcher.samples.sweep import coverage_text_sample
+
+    config = shrink_config(transformers.CsmConfig)
+    torch.manual_seed(0)
+    model = load_traceable(transformers.CsmForConditionalGeneration)(config).eval()
+    sample = coverage_text_sample(config, batch_size=2, seq_len=6)
+    subgraphs = trace_subgraphs(model, sample, ["CsmDecoderLayer"], DEFAULT_IGNORE)
+    assert len(subgraphs) == config.num_hidden_layers + 1
+    with torch.no_grad():
+        expected = model(**sample, use_cache=False).logits
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+
+
+def test_moved_code_that_returns_no_none_for_the_sample_stays_one_call():
+    # an opaque call's result decides every `is None` after it alike: tracing it through gains nothing
+    model = Masked().eval()
+    sample = {"hidden": torch.randn(2, 4), "mask": torch.ones(2, 4)}
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    nodes = [node for subgraph in subgraphs for node in subgraph.graph.nodes]
+    assert sum(node.target is _wrapped_forward_mask_ndim for node in nodes) == 1
+    with torch.no_grad():
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample)["logits"])

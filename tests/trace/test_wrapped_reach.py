@@ -1,0 +1,102 @@
+"""Targets a sample does not run are not blamed on moved code that cannot reach them.
+
+The rewriter hands its moved code (``_wrapped_*`` functions, opaque while tracing) the module it
+reads. The tracer refuses targets such a call could run, since they would get no subgraph of
+their own; what the call can reach is read from its code: only the children it names, unless it
+calls a method of the module or hands the module on.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import fx, nn
+
+from patcher import MissingTargetsError, run_subgraphs, trace_subgraphs
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, hidden):
+        return torch.relu(self.linear(hidden))
+
+
+def _wrapped_embed_sum(self, codes):
+    # what the rewriter moves out of Moshi's forward: `sum()` over a traced range
+    return sum(self.embed[book](codes[:, book]) for book in range(codes.shape[1]))
+
+
+def _wrapped_embed_by_method(self, codes):
+    return self.embed_codes(codes)
+
+
+fx.wrap("_wrapped_embed_sum")
+fx.wrap("_wrapped_embed_by_method")
+
+
+class TwoDecoders(nn.Module):
+    """Like Moshi: the second decoder runs only when labels are given."""
+
+    def __init__(self, embed_by_method: bool):
+        super().__init__()
+        self.embed_by_method = embed_by_method
+        self.embed = nn.ModuleList(nn.Embedding(8, 4) for _ in range(2))
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+        self.depth_layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def embed_codes(self, codes):
+        hidden = sum(self.embed[book](codes[:, book]) for book in range(codes.shape[1]))
+        return self.depth_layers[0](hidden)  # a method may reach any child
+
+    def forward(self, codes, labels=None):
+        hidden = (_wrapped_embed_by_method if self.embed_by_method else _wrapped_embed_sum)(self, codes)
+        for layer in self.layers:
+            hidden = layer(hidden)
+        if labels is not None:
+            for layer in self.depth_layers:
+                hidden = layer(hidden)
+        return {"logits": hidden}
+
+
+def _sample():
+    return {"codes": torch.randint(0, 8, (2, 2, 3), generator=torch.Generator().manual_seed(0))}
+
+
+def test_layers_the_sample_does_not_run_are_not_blamed_on_code_that_reads_other_children():
+    torch.manual_seed(0)
+    model = TwoDecoders(embed_by_method=False).eval()
+    sample = _sample()
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    assert len(subgraphs) == 3  # the two layers that run, then the rest
+    with torch.no_grad():
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample)["logits"])
+
+
+def test_moved_code_that_calls_a_method_of_the_module_may_reach_every_target():
+    # the method runs depth_layers[0] inside the opaque call: it would get no subgraph
+    model = TwoDecoders(embed_by_method=True).eval()
+    with pytest.raises(MissingTargetsError, match=r"depth_layers\.0 \(swallowed by _wrapped_embed_by_method\)"):
+        trace_subgraphs(model, _sample(), ["Layer"])
+
+
+def test_moshi_traces_without_labels_into_one_subgraph_per_decoder_layer_equal_to_eager():
+    """Moshi's depth decoder runs only with labels; the embedding of its audio codes, which the
+    rewriter moves into a wrapped function handed the whole model, reads `self.embed_tokens` only."""
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable
+    from patcher.coverage import shrink_config
+    from patcher.samples.sweep import coverage_text_sample
+
+    config = shrink_config(transformers.MoshiConfig)
+    torch.manual_seed(0)
+    model = load_traceable(transformers.MoshiForConditionalGeneration)(config).eval()
+    sample = coverage_text_sample(config, batch_size=2, seq_len=6)
+    subgraphs = trace_subgraphs(model, sample, ["MoshiDecoderLayer"], DEFAULT_IGNORE)
+    assert len(subgraphs) == config.num_hidden_layers + 1
+    with torch.no_grad():
+        expected = model(**sample, use_cache=False).logits
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
