@@ -13,7 +13,8 @@ from .traces import TraceResult, Tracing
 
 
 def recorded_graph(tracing: Tracing, result: TraceResult) -> TracedGraph:
-    """The graph of the last trace, its inputs and constants, and the :class:`TraceRecord` its runs are checked against."""
+    """The graph of the last trace, its inputs and constants, and the :class:`TraceRecord` that its
+    runs are checked against."""
     model, root, traced_modules, tracer = tracing.model, tracing.root, tracing.arguments.traced_modules, result.tracer
     record = TraceRecord(
         model_class=root.original_class.__name__,

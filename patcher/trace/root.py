@@ -1,5 +1,4 @@
-"""The function fx traces: the model's forward called with the sample's graph inputs as its
-parameters and the sample's constants fixed, on a subclass of the model's class made for the trace."""
+"""The function fx traces: the model's forward taking the sample's graph inputs, its constants fixed."""
 
 from __future__ import annotations
 

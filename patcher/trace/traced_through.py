@@ -1,5 +1,4 @@
-"""A wrapped function that may return None traced through, so that the names it sets to None are
-None while tracing too; taken back where that cannot be decided while tracing."""
+"""Wrapped functions that may return None traced through: the names they set to None are None while tracing."""
 
 from __future__ import annotations
 

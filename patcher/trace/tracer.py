@@ -479,7 +479,8 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
             return TraceResult(tracer, facts, undecided=stop.node)
         except Exception as exc:  # every failure gets a source location when one exists
             if tracer.unpacked_without_keys and facts.leaf_output_keys is None:
-                return TraceResult(tracer, facts, failure=exc)  # `**` of a leaf's output: its keys are known once it ran
+                # `**` of a leaf's output: its keys are known once it ran (see passes.unpacked_keys)
+                return TraceResult(tracer, facts, failure=exc)
             raise explained(exc, model, tracer, root.original_class) from exc
         # Leaves run later, reading their attributes then: see patcher.trace.passes.leaf_state.
         changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)

@@ -1,4 +1,4 @@
-"""What the passes around one trace share: the model and sample traced, the facts eager runs taught, a trace's result."""
+"""What the passes around a trace share: the model and sample, the facts eager runs taught, a trace's result."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A trace that wrote attributes of modules the graph runs later as single calls refused: they would run without the write."""
+"""A trace that wrote attributes of modules the graph calls whole refused: they would run without the write."""
 
 from __future__ import annotations
 
