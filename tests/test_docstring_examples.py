@@ -8,7 +8,7 @@ import pytest
 MODULES = ["patcher.registry.normalize",
            "patcher.partition.paths", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.verify.eager",
            "patcher.verify.kernels", "patcher.models.attempt",
-           "patcher.plan.memory", "patcher.plan.report", "patcher.models.towers", "patcher.trace.tracer"]
+           "patcher.plan.memory", "patcher.plan.report", "patcher.models.towers", "patcher.trace.passes.sample_checks"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -34,6 +34,8 @@ from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from transformers.utils import ModelOutput
 
+from .liveness import describe_node, describe_source, model_source
+
 
 _CONTAINERS = (MutableMapping, MutableSequence, MutableSet)
 #: mutable by type, but not state a forward makes for its modules (fx.Proxy: a graph value)
@@ -118,3 +120,18 @@ def new_state(template: Any) -> Any:
 def handed_state(state: Any) -> Any:
     """The container a module the graph calls gets: a copy of what earlier calls left in it."""
     return copy_containers(state)
+
+
+def changed_after_handing(value: Any, first: fx.Node) -> str:
+    """What ``SharedStateError`` says, raised where the traced code hands the changed container on."""
+    kind = type(value).__name__
+    return (
+        f"a {kind} the forward hands to the modules the graph calls was changed by the traced code between "
+        f"{describe_node(next(iter(first.users), first))}, which got it first, and "
+        f"{describe_source(model_source())}, where it is handed on again.\n"
+        f"  why: those modules fill and read it when the graph runs, so the graph makes each run's own {kind} as "
+        "it was when the first of them got it and hands that on; a change made by the traced code afterwards "
+        "exists only while tracing, and the modules after it would not see it (a silent wrong result)\n"
+        f"  fix: change the {kind} before the first module gets it, or inside a module the graph calls (a "
+        "sequential target or an ignored module); see GUIDE.md#silent-wrong-results"
+    )

@@ -1,0 +1,46 @@
+"""What the passes around a trace share: the model and sample, the facts eager runs taught, a trace's result."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from torch import fx, nn
+
+from .decisions import Decisions
+from .passes.arguments import Arguments
+from .root import Root
+
+
+@dataclasses.dataclass(frozen=True)
+class EagerFacts:
+    """What eager runs on the sample showed that a trace cannot see, for the next trace (None: not known)."""
+
+    leaf_outputs: Mapping[nn.Module, list[Any]] | None = None  # each leaf call's output structure (leaf_outputs.py)
+    leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None  # the keys of leaves' outputs that `**` unpacks
+    settled_settings: Mapping[Any, Any] | None = None  # the settings moved code leaves (wrapped_state.py)
+
+
+@dataclasses.dataclass
+class TraceResult:
+    """One trace: its graph, or why it stopped."""
+
+    tracer: fx.Tracer
+    facts: EagerFacts  # what it was traced with
+    graph: fx.Graph | None = None
+    changes: list[str] = dataclasses.field(default_factory=list)  # attributes of leaves the trace wrote
+    failure: Exception | None = None  # `**` of a leaf's output whose keys no eager run gave yet
+    undecided: fx.Node | None = None  # a branch condition not decided yet (see patcher.trace.decisions)
+
+
+@dataclasses.dataclass
+class Tracing:
+    """The model and sample of one ``trace_graph`` call, and how to trace them once (``trace_once``,
+    the tracer's: the passes, below the tracer, run it again with what they learned)."""
+
+    model: nn.Module
+    sample: Mapping[str, Any]
+    arguments: Arguments
+    root: Root
+    trace_once: Callable[[Tracing, EagerFacts], TraceResult]
+    decisions: Decisions = dataclasses.field(default_factory=Decisions)  # shared by every trace of the call
