@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import nn
 
-from ..normalize import input_names, positive_int
+from ..normalize import ModuleEntries, input_names, positive_int
 from ..trace.graph_runtime import gc_paused
 from ..trace.record import given_inputs, input_kind
 from ..trace.tracer import trace_graph
@@ -120,8 +120,8 @@ def _prefix(error: BaseException, context: str) -> None:
 def trace_subgraphs(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = None,
+    sequential_targets: ModuleEntries,
+    ignore: ModuleEntries | None = None,
     targets_per_subgraph: int = 1,
     unused_inputs: Iterable[str] | str = (),
 ) -> SubgraphPaths:

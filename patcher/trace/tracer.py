@@ -23,7 +23,7 @@ from torch import fx, nn
 from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
-from ..normalize import input_names
+from ..normalize import ModuleEntries, input_names
 from ..registry.ignore import DEFAULT_IGNORE, resolve_ignore  # noqa: F401 - DEFAULT_IGNORE re-exported
 from ..registry.wrapped import WRAPPED_PREFIX, is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
@@ -749,8 +749,8 @@ def _ancestors(model: nn.Module, names: Iterable[str]) -> set[nn.Module]:
 def trace_graph(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = None,
+    sequential_targets: ModuleEntries,
+    ignore: ModuleEntries | None = None,
     unused_inputs: Iterable[str] | str = (),
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.
