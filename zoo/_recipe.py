@@ -308,5 +308,6 @@ def load_recipe(module_name: str) -> Recipe:
         raise RecipeError(spec.origin, ", ".join(names), str(exc).replace("Recipe.__init__()", "Recipe()")) from None
     path = Path(spec.origin)
     if not hasattr(module, "RECIPE"):
-        raise RecipeError(path, "RECIPE", "not defined: end the recipe with RECIPE = Recipe(...)")
+        raise RecipeError(path, "RECIPE", "not defined: end the recipe with RECIPE = entry_recipe(globals(), ...) "
+                                         "(or RECIPE = Recipe(...) with every field)")
     return validate(module.RECIPE, path)
