@@ -10,26 +10,24 @@ reaching through ``subgraphs[0].record``. Each subgraph keeps a reference to the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from torch import nn
 
 from ..trace.record import TraceRecord
-
-if TYPE_CHECKING:
-    from .subgraph import Subgraph
 
 
 class Partition(list):
     """The subgraphs of one trace, in order, and the :class:`~patcher.trace.record.TraceRecord` of that
     trace (:attr:`record`: the inputs, constants, mode and structure it took)."""
 
-    def __init__(self, subgraphs: Iterable[Subgraph], record: TraceRecord):
+    # subgraphs: Subgraph objects; not imported here, since subgraph.py imports this module (no cycle)
+    def __init__(self, subgraphs: Iterable[Any], record: TraceRecord):
         super().__init__(subgraphs)
         self.record = record
 
     @classmethod
-    def of(cls, subgraphs: list[Subgraph]) -> Partition:
+    def of(cls, subgraphs: list[Any]) -> Partition:
         """``subgraphs`` as a partition: itself if it is one, else a plain (non-empty) list of one
         trace's subgraphs with the record they share."""
         if isinstance(subgraphs, Partition):
