@@ -361,3 +361,24 @@ def test_a_check_message_traced_through_says_the_run_time_values():
         run_subgraphs(model, subgraphs, sample)
     assert str(traced.value) == str(eager.value) == \
         "Image features and image tokens do not match, tokens: 4, features: 1"
+
+
+def test_every_tracing_error_is_named_once_and_exported_by_patcher_and_patcher_trace():
+    """The errors are listed in one table (patcher.exports.errors), which patcher and patcher.trace both
+    export from; an error class added to patcher.trace's modules without a row there would be missing
+    from both."""
+    import inspect
+
+    import patcher
+    import patcher.trace
+    from patcher.exports.errors import TRACE_ERRORS
+    from patcher.trace import errors, liveness
+
+    defined = {name: module.__name__.rsplit(".", 1)[1] for module in (errors, liveness)
+               for name, value in vars(module).items()
+               if inspect.isclass(value) and issubclass(value, Exception) and value.__module__ == module.__name__}
+    assert defined == TRACE_ERRORS
+    for name, module in TRACE_ERRORS.items():
+        error = getattr(errors if module == "errors" else liveness, name)
+        assert getattr(patcher, name) is error and getattr(patcher.trace, name) is error
+        assert name in patcher.__all__ and name in patcher.trace.__all__

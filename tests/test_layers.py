@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: Lowest first. The arrows of the issue: registry <- rewrite; trace; partition <- verify <-
 #: coverage / zoo / cli.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
+    {"exports"},  # the names packages export (the tracing errors) and their lazy loading
     # what rewrite and trace agree on, one reading of the entry points' arguments, the collections'
     # hooks; the knobs of a tower timm builds
     {"registry", "models.timm_towers", "samples.declaration"},  # + what a modality declares

@@ -100,13 +100,13 @@ SAMPLE_LAYOUT = SampleLayout(image_token="image_token_id", image_token_count=ima
                              markers=("vision_start_token_id", "vision_end_token_id"),
                              token_type_key="mm_token_type_ids")
 
-# Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps ``get_rope_index`` and the mask
-# builders opaque) with the recipe's targets (``VISION_IGNORE`` replaces them when the tower's blocks
-# are targets). The vision tower ``model.visual`` is no ancestor of these targets, so it is a single
+# The recipes' ``default_ignore``: additions to ``patcher.DEFAULT_IGNORE`` (which already keeps
+# ``get_rope_index`` and the mask builders opaque) with the text targets (``VISION_IGNORE`` replaces
+# them when the tower's blocks are targets). The vision tower ``model.visual`` is no ancestor of these targets, so it is a single
 # call anyway; the entry changes nothing with them. ``get_image_features`` / ``get_video_features``
 # split the merged patches per image with ``.tolist()`` split sizes (the number of chunks depends on
 # the input): traced through, the chunk count would be baked.
-DEFAULT_IGNORE: list[str] = [
+TEXT_IGNORE: list[str] = [
     "re:model\\.visual",
     "get_image_features",
     "get_video_features",

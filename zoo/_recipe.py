@@ -1,7 +1,9 @@
 """A zoo recipe, declared: what the generator, the tests and the tracer read about one entry.
 
-Each ``zoo/<entry>/recipe.py`` ends with ``RECIPE = Recipe(...)``; its functions (the tiny config,
-the sample builder, ...) stay module-level so they can be documented and imported on their own.
+Each ``zoo/<entry>/recipe.py`` ends with ``RECIPE = entry_recipe(globals(), ...)``, a ``Recipe`` of the
+names every recipe module defines (:data:`MODULE_NAMES`) and of what is its own; its functions (the
+tiny config, the sample builder, ...) stay module-level so they can be documented and imported on
+their own. ``RECIPE = Recipe(...)`` with every field spelt out works as well.
 ``load_recipe`` imports the module and validates the declaration, so that a mistake is reported
 with the recipe's file and the field, when the zoo is imported rather than deep inside a trace.
 """
@@ -168,6 +170,43 @@ class Recipe:
         return self.source_module.rsplit(".", 1)[-1]
 
 
+#: Names every recipe module defines, and the ``Recipe`` field each one is: :func:`entry_recipe`
+#: reads them from the module, so a recipe spells out only what is its own.
+MODULE_NAMES = {"MODEL_TYPE": "model_type", "MODEL_CLASS": "model_class", "VISION_TARGETS": "vision_targets",
+                "VISION_IGNORE": "vision_ignore", "SAMPLE_LAYOUT": "sample_layout", "tiny_config": "tiny_config",
+                "tiny_model": "tiny_model", "build_sample": "build_sample",
+                "example_image_sizes": "example_image_sizes"}
+
+
+def entry_recipe(namespace: Mapping[str, object], *, exports: Sequence[str], **fields) -> Recipe:
+    """The ``Recipe`` of the recipe module whose ``globals()`` is ``namespace``: the fields of
+    :data:`MODULE_NAMES` are the module's names of that spelling, and
+
+    - ``exports`` lists the classes of the generated module to export, each as ``Traceable<class>``
+      (``model_class`` among them);
+    - ``source_module`` is transformers' ``models.<model_type>.modeling_<model_type>`` unless given;
+    - ``patch_targets`` are the default and multimodal targets unless given;
+    - ``fields`` are the rest of :class:`Recipe`'s (the targets, ignore entries, real configs, ...).
+
+    A module name missing raises :class:`RecipeError` naming the recipe file and the name."""
+    path = namespace.get("__file__", namespace.get("__name__", "<recipe>"))
+    for name, field_name in MODULE_NAMES.items():
+        if field_name in fields:
+            continue
+        if name not in namespace:
+            raise RecipeError(path, name, f"not defined: a recipe module defines {name} (Recipe.{field_name}) "
+                                          "before RECIPE = entry_recipe(globals(), ...)")
+        fields[field_name] = namespace[name]
+    if isinstance(exports, str):
+        raise RecipeError(path, "exports", f"must be a list of class names, got {exports!r}")
+    fields["exports"] = {f"Traceable{class_name}": class_name for class_name in exports}
+    model_type = fields["model_type"]
+    fields.setdefault("source_module", f"transformers.models.{model_type}.modeling_{model_type}")
+    fields.setdefault("patch_targets", list(dict.fromkeys([*fields.get("default_targets", ()),
+                                                           *fields.get("multimodal_targets", ())])))
+    return Recipe(**fields)
+
+
 _NAME_LISTS = ("patch_targets", "patch_ignore", "default_targets", "default_ignore", "multimodal_targets",
                "vision_targets", "vision_ignore")
 _CALLABLES = ("tiny_config", "tiny_model", "build_sample", "example_image_sizes")
@@ -269,5 +308,6 @@ def load_recipe(module_name: str) -> Recipe:
         raise RecipeError(spec.origin, ", ".join(names), str(exc).replace("Recipe.__init__()", "Recipe()")) from None
     path = Path(spec.origin)
     if not hasattr(module, "RECIPE"):
-        raise RecipeError(path, "RECIPE", "not defined: end the recipe with RECIPE = Recipe(...)")
+        raise RecipeError(path, "RECIPE", "not defined: end the recipe with RECIPE = entry_recipe(globals(), ...) "
+                                         "(or RECIPE = Recipe(...) with every field)")
     return validate(module.RECIPE, path)

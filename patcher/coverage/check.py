@@ -130,7 +130,7 @@ class _Generated:
             self.source = getattr(result, "source", None)
 
     def location(self, filename: str, lineno: int, original_file: str | None) -> str:
-        from ..trace.diagnose import _short_path
+        from ..trace.diagnose import short_path
 
         if self.file and filename == self.file and self.source:
             original = original_line(self.source, self.code, lineno)
@@ -139,7 +139,7 @@ class _Generated:
                 return f"{name}:{original}"
             moved = self._moved_from(lineno)
             return f"{moved} (moved, generated line {lineno})" if moved else f"{name}:(generated line {lineno})"
-        return f"{_short_path(filename)}:{lineno}"
+        return f"{short_path(filename)}:{lineno}"
 
 
     def _moved_from(self, lineno: int) -> str | None:

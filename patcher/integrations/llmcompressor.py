@@ -55,10 +55,10 @@ from typing import Any, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
-from ..partition import BatchInputNames, Subgraph, SubgraphPaths, trace_subgraphs
+from ..partition import BatchInputNames, Partition, SubgraphPaths, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
 from ..trace.errors import InputMismatchError, TracingError
-from ..trace.record import TraceRecord, input_kind
+from ..trace.record import input_kind
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
 PIPELINE_MODULE = "llmcompressor.pipelines.sequential.pipeline"
@@ -159,15 +159,15 @@ def _pipeline_subgraph_class():
     return TracezooSubgraph
 
 
-def _paths(subgraphs) -> list[list[Subgraph]]:
-    return subgraphs.paths if isinstance(subgraphs, SubgraphPaths) else [subgraphs]
+def _paths(subgraphs) -> list[Partition]:
+    return subgraphs.paths if isinstance(subgraphs, SubgraphPaths) else [Partition.of(subgraphs)]
 
 
-def _kinds(paths: list[list[Subgraph]]) -> list[str]:
-    return [path[0].record.kind() for path in paths]
+def _kinds(paths: list[Partition]) -> list[str]:
+    return [path.kind() for path in paths]
 
 
-def to_pipeline_subgraphs(subgraphs: list[Subgraph]) -> list:
+def to_pipeline_subgraphs(subgraphs: list) -> list:
     """tracezoo's subgraphs as llm-compressor's ``Subgraph`` objects, in order.
 
     ``subgraphs`` is what :func:`~patcher.trace_subgraphs` returned: the objects run subgraph ``i``
@@ -241,13 +241,6 @@ def model_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     (``loss_mask``, read by AWQ with ``use_loss_mask=True``), which no forward takes. The graph is
     traced on this and every batch checked on this, so the two agree on what an input is."""
     return {name: value for name, value in batch.items() if name not in PIPELINE_KEYS}
-
-
-def check_batch(record: TraceRecord, batch: Mapping[str, Any], where: str, fix: str | None = None) -> None:
-    """Raise if ``batch`` has an input the graph was traced without, lacks one it takes, or gives
-    a constant of the trace another value (see :class:`~patcher.trace.record.TraceRecord`);
-    ``fix`` replaces what the error of an input too many or too few says to do."""
-    record.check_model_inputs(model_inputs(batch), where, fix)
 
 
 def row_kind(row: Mapping[str, Any]) -> tuple[str, ...]:
@@ -423,13 +416,13 @@ class _CheckedBatches:
             raise _summary(failures, rows, len(self._dataloader)) from failures[0][1]
 
 
-def check_aligned(paths: list[list[Subgraph]], index: int, where: str) -> None:
+def check_aligned(paths: list[Partition], index: int, where: str) -> None:
     """Raise :class:`PathMismatchError` unless path ``index`` runs, at each subgraph, the sequential
     targets path 0 runs there, and every module both paths call in the same subgraphs: the pipeline
     calibrates subgraph ``i``'s modules on every batch, then finishes them, before subgraph ``i + 1``.
     (A module one path called one subgraph later would be calibrated again after it was compressed.)"""
     first, new = paths[0], paths[index]
-    one, other = (f"batches with {path[0].record.kind()}" for path in (first, new))
+    one, other = (f"batches with {path.kind()}" for path in (first, new))
     problem = None
     only = {kind: [target for subgraph in path for target in subgraph.targets]
             for kind, path in ((one, first), (other, new))}
@@ -454,14 +447,14 @@ def check_aligned(paths: list[list[Subgraph]], index: int, where: str) -> None:
                 break
     if problem is not None:
         raise PathMismatchError(
-            f"{where} has inputs {new[0].record.kind()}, another kind than the batches before it, so the pipeline "
+            f"{where} has inputs {new.kind()}, another kind than the batches before it, so the pipeline "
             f"traced its own subgraphs on it; but {problem}. llm-compressor's sequential pipeline runs subgraph i over "
             "every batch and calibrates the modules it ran before subgraph i + 1, so subgraph i of every kind must run "
             "the same layers. Leave the targets one kind does not run out of sequential_targets (a vision tower's "
             "blocks: the tower then runs whole before the first text layer), or calibrate on rows of one kind")
 
 
-def _call_positions(path: list[Subgraph]) -> dict[str, tuple[int, ...]]:
+def _call_positions(path: Partition) -> dict[str, tuple[int, ...]]:
     positions: dict[str, list[int]] = {}
     for subgraph in path:
         for node in subgraph.graph.find_nodes(op="call_module"):
@@ -528,7 +521,7 @@ class _Session:
             with self._tracing_context(self.model):
                 index = self.paths.trace_path(self.model, _on_device(inputs, self.model), where)
             check_aligned(self.paths.paths, index, where)
-        check_batch(self.paths.paths[index][0].record, batch, where)
+        self.paths.paths[index].check_batch(inputs, where)
         return index
 
     def cache_class(self):

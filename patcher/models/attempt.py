@@ -11,7 +11,7 @@ from typing import Iterable, TextIO
 from torch import nn
 
 from . import build_model, check_config_for_class, load_config, resolve_model_class
-from ..registry.normalize import input_names, module_entries, positive_int
+from ..registry.normalize import ModuleEntries, input_names, module_entries, positive_int
 from ..partition import Subgraph, trace_subgraphs
 from ..registry.plugins import TracingDefaults, drop_in_for, tracing_defaults
 from ..samples import is_vision_language, sample_input, text_only_note
@@ -107,9 +107,9 @@ def prepare_trace(
     model_class: str | type,
     model_id: str,
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str | type] | str | type | None = None,
-    ignore: Iterable[str | type] | str | type | None = None,
-    extra_ignore: Iterable[str | type] | str | type = (),
+    sequential_targets: ModuleEntries | None = None,
+    ignore: ModuleEntries | None = None,
+    extra_ignore: ModuleEntries = (),
     towers: Iterable[str] | str = (),
     **sample_options,
 ) -> TraceSetup:
@@ -214,11 +214,11 @@ def attempt_trace(
     model_class: str | type,
     model_id: str,
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str | type] | str | type | None = None,
-    ignore: Iterable[str | type] | str | type | None = None,
+    sequential_targets: ModuleEntries | None = None,
+    ignore: ModuleEntries | None = None,
     targets_per_subgraph: int = 1,
     out: TextIO | None = None,
-    extra_ignore: Iterable[str | type] | str | type = (),
+    extra_ignore: ModuleEntries = (),
     unused_inputs: Iterable[str] | str = (),
     towers: Iterable[str] | str = (),
 ) -> list[Subgraph] | None:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..rewrite.files import write_atomic
 from . import build_model, import_module_file, resolve_model_class
-from ..registry.normalize import module_entries
+from ..registry.normalize import ModuleEntries, module_entries
 from ..registry.ignore import resolve_ignore
 from ..registry.locations import Location
 from ..registry.origins import original_line
@@ -286,8 +286,8 @@ def repair(
     model_class: str | type,
     config,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = DEFAULT_IGNORE,
+    sequential_targets: ModuleEntries,
+    ignore: ModuleEntries | None = DEFAULT_IGNORE,
     max_rounds: int = 12,
     cache_dir: str | os.PathLike | None = None,
     unused_inputs: Iterable[str] | str = (),

@@ -1,6 +1,7 @@
 """Partition: one subgraph per sequential target, run one after another."""
 
+from .partition import Partition
 from .paths import SubgraphPaths, run_subgraphs, trace_subgraphs
 from .subgraph import BatchInputNames, Subgraph, partition_graph
 
-__all__ = ["BatchInputNames", "Subgraph", "SubgraphPaths", "partition_graph", "run_subgraphs", "trace_subgraphs"]
+__all__ = ["BatchInputNames", "Partition", "Subgraph", "SubgraphPaths", "partition_graph", "run_subgraphs", "trace_subgraphs"]

@@ -22,9 +22,10 @@ A plain list of subgraphs (``list(subgraphs)``, what :func:`~patcher.partition.p
 returns) is one path: a batch of another kind is refused, naming the inputs, as before; so are
 ``Subgraph.forward`` and ``TracedGraph.forward``, which run one trace.
 
-Each path's subgraphs carry their own ``record`` (what that trace took, checked at every run). A
-later partition object owning the record and the batch check can take the place of a path here:
-this object picks a path by asking its record (:meth:`find`), and traces one (:meth:`trace_path`).
+Each path is a :class:`~patcher.partition.Partition`: its subgraphs and the ``record`` of its trace
+(what that trace took), which checks a batch (:meth:`Partition.check_batch
+<patcher.partition.Partition.check_batch>`). :class:`SubgraphPaths` is the sample's partition, and
+picks a path by asking each partition (:meth:`~SubgraphPaths.find`).
 """
 
 from __future__ import annotations
@@ -33,51 +34,54 @@ from typing import Any, Iterable, Mapping
 
 from torch import nn
 
-from ..registry.normalize import input_names, positive_int
+from ..registry.normalize import ModuleEntries, input_names, positive_int
 from ..trace.graph_runtime import gc_paused
 from ..trace.record import given_inputs, input_kind
 from ..trace.tracer import trace_graph
+from .partition import Partition
 from .subgraph import Subgraph, partition_graph, run_path, subgraph_list
 
 
-class SubgraphPaths(list):
+class SubgraphPaths(Partition):
     """The subgraphs :func:`~patcher.partition.trace_subgraphs` traced, one per sequential target
     plus a last one (this list: indexing, ``len`` and iteration are the sample's path, as before),
-    and the paths traced since for batches of other kinds (:attr:`paths`).
+    with the sample trace's ``record`` (a :class:`~patcher.partition.Partition`: ``check_batch``
+    checks a batch against the sample's trace), and the paths traced since for batches of other
+    kinds (:attr:`paths`).
 
     ``path_for(model, inputs, where)`` gives the path of ``inputs``' kind, tracing it on ``inputs``
     when no path of that kind exists yet; :func:`~patcher.partition.run_subgraphs` calls it for every
-    run. Each path is a list of :class:`~patcher.partition.Subgraph` with its own ``record`` (what
-    that trace took). The paths share the model: a module runs with its own weights on every path.
+    run. Each path is a :class:`~patcher.partition.Partition` with its own ``record`` (what that
+    trace took). The paths share the model: a module runs with its own weights on every path.
     """
 
-    def __init__(self, subgraphs: Iterable[Subgraph], sequential_targets: Any, ignore: Any,
+    def __init__(self, subgraphs: Partition, sequential_targets: Any, ignore: Any,
                  targets_per_subgraph: int, unused_inputs: Iterable[str] | str = ()):
-        super().__init__(subgraphs)
+        super().__init__(subgraphs, subgraphs.record)
         # what trace_subgraphs was called with, validated there: every later path is traced with it
         self.sequential_targets = sequential_targets
         self.ignore = ignore
         self.targets_per_subgraph = targets_per_subgraph
         self.unused_inputs = tuple(input_names(unused_inputs, "unused_inputs"))
-        self._others: list[list[Subgraph]] = []
+        self._others: list[Partition] = []
 
     @property
-    def paths(self) -> list[list[Subgraph]]:
-        """Every path traced so far, the sample's first (this list's subgraphs)."""
-        return [list(self), *self._others]
+    def paths(self) -> list[Partition]:
+        """Every path traced so far, the sample's first (this object itself)."""
+        return [self, *self._others]
 
     def kinds(self) -> list[str]:
         """The kind of batch each path takes (the inputs its graph reads), in :attr:`paths`' order."""
-        return [path[0].record.kind() for path in self.paths]
+        return [path.kind() for path in self.paths]
 
     def find(self, inputs: Mapping[str, Any]) -> int | None:
         """The index in :attr:`paths` of the path of ``inputs``' kind, or None."""
         for index, path in enumerate(self.paths):
-            if path[0].record.same_kind(inputs):
+            if path.same_kind(inputs):
                 return index
         return None
 
-    def path_for(self, model: nn.Module, inputs: Mapping[str, Any], where: str) -> list[Subgraph]:
+    def path_for(self, model: nn.Module, inputs: Mapping[str, Any], where: str) -> Partition:
         """The path that runs ``inputs``, traced on them (``model``) if none of their kind exists yet."""
         index = self.find(inputs)
         if index is None:
@@ -91,8 +95,7 @@ class SubgraphPaths(list):
         (:class:`~patcher.ModelMismatchError` otherwise, before anything is traced: the paths of one
         object run one model). An error of the trace is raised as it is (its type, location and fix),
         its message beginning with what was traced and why."""
-        first = self[0].record
-        first.check_structure(model, where)
+        self.check_structure(model, where)
         # unused_inputs names inputs of the first sample; one this kind lacks is nothing to excuse
         unused = [name for name in self.unused_inputs if name in inputs]
         try:
@@ -117,8 +120,8 @@ def _prefix(error: BaseException, context: str) -> None:
 def trace_subgraphs(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = None,
+    sequential_targets: ModuleEntries,
+    ignore: ModuleEntries | None = None,
     targets_per_subgraph: int = 1,
     unused_inputs: Iterable[str] | str = (),
 ) -> SubgraphPaths:
@@ -186,5 +189,7 @@ def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[s
     paths = subgraphs
     subgraphs = subgraph_list(subgraphs, "run_subgraphs")
     if isinstance(paths, SubgraphPaths):
-        subgraphs = paths.path_for(model, inputs, "run_subgraphs")
-    return run_path(model, subgraphs, inputs)
+        path = paths.path_for(model, inputs, "run_subgraphs")
+    else:  # one path: the list's subgraphs, checked against their trace's record
+        path = Partition.of(subgraphs)
+    return run_path(model, path, inputs)

@@ -12,6 +12,7 @@ from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
 from ..trace.wrapped_state import settings_rolled_back_on_error
+from .partition import Partition
 
 
 class BatchInputNames(list):
@@ -70,6 +71,8 @@ class Subgraph:
     consumed_names: list[str]
     targets: list[str]
     modules: list[str]
+    #: what the trace took, owned by the :class:`~patcher.partition.Partition` this subgraph belongs
+    #: to (the same object for every subgraph of it): ``forward`` checks its run against it
     record: TraceRecord = field(repr=False)
     constants: Mapping[str, Any] = field(repr=False, default_factory=dict)
     #: modules whose train/eval mode this subgraph depends on (called modules and everything
@@ -103,8 +106,11 @@ class Subgraph:
         return self.graph.python_code(root_module="self").src
 
 
-def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> list[Subgraph]:
+def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> Partition:
     """Cut the graph after every ``targets_per_subgraph``-th target call, in execution order.
+
+    The result is the list of subgraphs, a :class:`~patcher.partition.Partition` that owns the
+    trace's record (what a batch is checked against: :meth:`~patcher.partition.Partition.check_batch`).
 
     With N target calls the result has ``ceil(N / targets_per_subgraph) + 1`` subgraphs: the
     last one holds what follows the last target (final norm, head).
@@ -160,7 +166,7 @@ def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph:
     for subgraph in subgraphs:
         subgraph.handed_names = handed
         subgraph.mode_names = _mode_names(model, subgraph, traced_through)
-    return subgraphs
+    return Partition(subgraphs, traced.record)
 
 
 def _mode_names(model: nn.Module, subgraph: Subgraph, traced_through: tuple[str, ...]) -> tuple[str, ...]:
@@ -256,14 +262,13 @@ def subgraph_list(subgraphs: Any, function: str) -> list[Subgraph]:
     return subgraphs
 
 
-def run_path(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
+def run_path(model: nn.Module, subgraphs: Partition, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Run one path's subgraphs in order on ``inputs`` of its kind (:func:`run_subgraphs`, which picks
     the path, says what is checked); return the model's outputs."""
-    record = subgraphs[0].record
-    record.check_model_inputs(inputs, "run_subgraphs")
-    record.check_structure(model, "run_subgraphs")
+    subgraphs.check_batch(inputs, "run_subgraphs")
+    subgraphs.check_structure(model, "run_subgraphs")
     check_run_time(model, subgraphs[0].traced_through)  # hooks the chain could not honour
-    inputs = {name: value for name, value in inputs.items() if name not in record.constants}
+    inputs = {name: value for name, value in inputs.items() if name not in subgraphs.record.constants}
     intermediates = dict(inputs)
     outputs: dict[str, Any] = {}
     with settings_rolled_back_on_error():  # one journal for the chain: a later refusal undoes an earlier switch

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..exports.lazy import lazy_names
+
 # The planner imports torch and the tracer (seconds): its names load on first use, so that
 # `patcher plan --help` (which imports patcher.plan.cli) stays fast.
 _EXPORTS = {"MemoryPlan": "memory", "PlanError": "memory", "SubgraphPlan": "memory", "plan_memory": "memory", "tensor_bytes": "memory",
@@ -9,15 +11,4 @@ _EXPORTS = {"MemoryPlan": "memory", "PlanError": "memory", "SubgraphPlan": "memo
 
 __all__ = ["MemoryPlan", "PlanError", "SubgraphPlan", "plan_memory", "plan_model", "format_plan", "tensor_bytes"]
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -306,7 +306,7 @@ def _model_frame(exc: BaseException) -> str:
     import os
     import traceback
 
-    from ..trace.diagnose import _short_path
+    from ..trace.diagnose import short_path
 
     skip = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, os))
     patcher_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -317,7 +317,7 @@ def _model_frame(exc: BaseException) -> str:
                 or f"transformers{os.sep}utils{os.sep}" in name:
             continue
         chosen = frame
-    return f"{_short_path(chosen.filename)}:{chosen.lineno} in {chosen.name}()" if chosen else "an unknown place"
+    return f"{short_path(chosen.filename)}:{chosen.lineno} in {chosen.name}()" if chosen else "an unknown place"
 
 
 def _plain(value: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..registry.normalize import ModuleEntries
 from .memory import MemoryPlan, plan_memory
 
 
@@ -60,9 +61,9 @@ def plan_model(
     samples: int = 512,
     algorithm: str = "none",
     multimodal_data: bool = False,
-    sequential_targets: Iterable[str | type] | str | type | None = None,
-    ignore: Iterable[str | type] | str | type | None = None,
-    extra_ignore: Iterable[str | type] | str | type = (),
+    sequential_targets: ModuleEntries | None = None,
+    ignore: ModuleEntries | None = None,
+    extra_ignore: ModuleEntries = (),
     targets_per_subgraph: int = 1,
     towers: Iterable[str] | str = (),
     unused_inputs: Iterable[str] | str = (),

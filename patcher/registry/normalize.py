@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import operator
 import sys
-from typing import Any
+from typing import Any, Iterable, TypeAlias
+
+#: What ``sequential_targets``, ``ignore`` and ``extra_ignore`` take (see above): entries (names, ``re:``
+#: patterns, ``nn.Module`` subclasses) or a single one; the one spelling of the trace entry points' type.
+ModuleEntries: TypeAlias = Iterable[str | type] | str | type
 
 #: Tokens per sample batch (batch size x sequence length) that a built sample may hold: 2**24 =
 #: 16,777,216 (a 10M-token context fits, as does a batch of 128 x 131,072). ``text_sample`` builds

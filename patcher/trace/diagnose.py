@@ -93,7 +93,7 @@ class UntraceableConstruct:
 
     @property
     def location(self) -> str:
-        return f"{_short_path(self.filename)}:{self.lineno}"
+        return f"{short_path(self.filename)}:{self.lineno}"
 
     def describe(self, fix: str | None = None) -> str:
         """The construct, where, why and the fix; ``fix`` replaces the symptom's fix line (the fix
@@ -121,7 +121,7 @@ class UntraceableConstruct:
         return [
             f"  reached from: {location}, which calls into transformers' shared code",
             f"  fix: keep that call opaque: ignore=[..., {callee!r}] (patcher trace --ignore {callee}); "
-            f"rewriting {_short_path(self.filename)} would change every model; see GUIDE.md#wrapping-functions",
+            f"rewriting {short_path(self.filename)} would change every model; see GUIDE.md#wrapping-functions",
         ]
 
     def _ignore_line(self) -> list[str]:
@@ -132,7 +132,10 @@ class UntraceableConstruct:
                 f"(patcher trace --ignore {self.function})"]
 
 
-def _short_path(filename: str) -> str:
+def short_path(filename: str) -> str:
+    """``filename`` as messages name a file: from ``site-packages`` on for an installed module
+    (``transformers/models/llama/modeling_llama.py``), relative to the working directory for a file
+    below it, else as given. The one spelling every error and report that names a line uses."""
     marker = f"{os.sep}site-packages{os.sep}"
     if marker in filename:
         return filename.split(marker, 1)[1]
@@ -199,7 +202,7 @@ def _modeling_caller(exc: BaseException) -> tuple[str, str] | None:
         if _is_shared_transformers_file(caller.filename):
             continue
         name = caller.name if caller.name not in ("forward", "<module>") else callee.name
-        return f"{_short_path(caller.filename)}:{caller.lineno} in {caller.name}()", name
+        return f"{short_path(caller.filename)}:{caller.lineno} in {caller.name}()", name
     return None
 
 

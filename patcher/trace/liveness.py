@@ -82,12 +82,12 @@ def model_source() -> tuple[str, int, str] | None:
 
 def describe_source(source: tuple[str, int, str] | None) -> str:
     """``modeling_x.py:622 in forward()`` (``an unknown line`` without one)."""
-    from .diagnose import _short_path
+    from .diagnose import short_path
 
     if source is None:
         return "an unknown line"
     filename, lineno, function = source
-    return f"{_short_path(filename)}:{lineno} in {function}()"
+    return f"{short_path(filename)}:{lineno} in {function}()"
 
 
 def _mutates_in_place(node: fx.Node) -> bool:

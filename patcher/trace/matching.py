@@ -11,11 +11,11 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from torch import nn
 
-from ..registry.normalize import module_entries
+from ..registry.normalize import ModuleEntries, module_entries
 from .errors import TargetMatchError
 
 REGEX_PREFIX = "re:"
@@ -44,13 +44,13 @@ class ModulePattern:
         return type(module).__name__ == self.text
 
 
-def class_name_entries(entries: Iterable[str | type] | str | type) -> list[str]:
+def class_name_entries(entries: ModuleEntries) -> list[str]:
     """The entries that name a module class, not a ``re:`` pattern on module names (which the
     rewriter, reading source, cannot see)."""
     return [entry for entry in module_entries(entries, "targets") if not entry.startswith(REGEX_PREFIX)]
 
 
-def parse_patterns(entries: Iterable[str | type] | str | type | None, argument: str = "entries") -> list[ModulePattern]:
+def parse_patterns(entries: ModuleEntries | None, argument: str = "entries") -> list[ModulePattern]:
     """``entries`` (normalised by :func:`patcher.registry.normalize.module_entries`; ``argument`` names them in
     its errors) as patterns."""
     return [ModulePattern.parse(entry) for entry in module_entries(entries, argument, functions=True)]
@@ -79,7 +79,7 @@ def match_modules(
     return matched, hits
 
 
-def resolve_targets(model: nn.Module, sequential_targets: Iterable[str | type] | str | type) -> dict[str, nn.Module]:
+def resolve_targets(model: nn.Module, sequential_targets: ModuleEntries) -> dict[str, nn.Module]:
     """Modules selected by ``sequential_targets``, outermost first; every entry must match.
 
     Entries are read by :func:`patcher.registry.normalize.module_entries` (an ``nn.Module`` subclass means

@@ -20,6 +20,7 @@ from transformers import PretrainedConfig
 from transformers.utils import ModelOutput
 
 from ..registry.ignore import DEFAULT_IGNORE  # noqa: F401 - re-exported
+from ..registry.normalize import ModuleEntries
 from ..registry.wrapped import is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision
 from .explain import explained
@@ -412,8 +413,8 @@ def _recorded_module_devices(tracer: SequentialTracer):
 def trace_graph(
     model: nn.Module,
     sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = None,
+    sequential_targets: ModuleEntries,
+    ignore: ModuleEntries | None = None,
     unused_inputs: Iterable[str] | str = (),
 ) -> TracedGraph:
     """Trace ``model`` with targets and ignored modules as leaves; return the whole graph.

@@ -191,3 +191,36 @@ def test_a_failed_trace_of_a_new_kind_says_what_was_traced_and_why():
                               "own subgraphs were traced on it, with the same targets; that trace failed: "), message
     assert "'attention_mask'" in message.split("that trace failed: ")[1], message
     assert len(subgraphs.paths) == 1
+
+
+def test_the_partition_owns_its_trace_record_and_checks_batches_against_it():
+    """``trace_subgraphs`` returns the partition object: the list of subgraphs that owns the trace's record
+    (every subgraph reads that one) and checks a batch against it (``check_batch``, what ``run_subgraphs``
+    and the llm-compressor integration call); a path traced later for another kind is a partition with its
+    own record, and ``partition_graph`` returns one too."""
+    from patcher import InputMismatchError
+    from patcher.partition import Partition, partition_graph
+
+    model = tiny_model("LlamaForCausalLM", num_hidden_layers=2)
+    sample = text_sample(model.config, batch_size=1, seq_len=5)
+    subgraphs = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
+    assert isinstance(subgraphs, Partition) and all(subgraph.record is subgraphs.record for subgraph in subgraphs)
+    subgraphs.check_batch(sample)
+    with pytest.raises(InputMismatchError, match=r"^calibration batch 3: .*'labels'"):
+        subgraphs.check_batch({**sample, "labels": sample["input_ids"]}, "calibration batch 3")
+    with pytest.raises(InputMismatchError, match=r"^run_subgraphs: use_cache is True, but the graph was traced with use_cache=False"):
+        subgraphs.check_batch({**sample, "use_cache": True})
+
+    text_only = {"input_ids": sample["input_ids"]}
+    with torch.no_grad():
+        run_subgraphs(model, subgraphs, text_only)
+    first, second = subgraphs.paths
+    assert first is subgraphs and isinstance(second, Partition) and second.record is not subgraphs.record
+    assert second.kind() == "'input_ids'" and all(subgraph.record is second.record for subgraph in second)
+    second.check_batch(text_only)
+    with pytest.raises(InputMismatchError, match=r"'attention_mask'"):
+        second.check_batch(sample)
+
+    traced = trace_graph(model, sample, ["LlamaDecoderLayer"])
+    one = partition_graph(traced, model)
+    assert isinstance(one, Partition) and one.record is traced.record and len(one) == 3

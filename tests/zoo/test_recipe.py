@@ -88,6 +88,60 @@ def test_a_broken_recipe_names_its_file_and_field(tmp_path, monkeypatch, change,
     assert str(path) in str(info.value) and field in str(info.value), str(info.value)
 
 
+BY_MODULE_NAMES = """
+from zoo._recipe import RealConfig, SampleLayout, entry_recipe
+
+def _noop(*args, **kwargs):
+    return None
+
+MODEL_TYPE = "llava"
+MODEL_CLASS = "LlavaForConditionalGeneration"
+VISION_TARGETS = ["CLIPEncoderLayer"]
+VISION_IGNORE = []
+SAMPLE_LAYOUT = SampleLayout(image_token="image_token_index", image_token_count=_noop, pixels="fixed_size")
+tiny_config = tiny_model = build_sample = example_image_sizes = _noop
+
+RECIPE = entry_recipe(
+    globals(),
+    exports=["LlavaForConditionalGeneration", "LlavaModel"],
+    default_targets=["LlamaDecoderLayer"],
+    default_ignore=["get_image_features"],
+    real_configs=[RealConfig("llava-1.5-7b-hf", text_subgraphs=33, multimodal_subgraphs=33,
+                             layers={"LlamaDecoderLayer": 32}, image_span=576,
+                             sample_shapes={"pixel_values": [4, 3, 336, 336]})],
+)
+"""
+
+
+def test_entry_recipe_reads_the_names_every_recipe_module_defines(tmp_path, monkeypatch):
+    """``entry_recipe(globals(), ...)``: the fields every recipe wires the same way come from the module's
+    names, the generated module's exports are ``Traceable<class>``, the source module is transformers' of the
+    model type and the patch targets are the targets; only what is the entry's own is spelt out."""
+    module, path = write_recipe(tmp_path, monkeypatch, BY_MODULE_NAMES)
+    loaded = load_recipe(module)
+    assert loaded.path == str(path) and loaded.model_type == "llava" and loaded.vision_targets == ("CLIPEncoderLayer",)
+    assert loaded.exports == {"TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
+                              "TraceableLlavaModel": "LlavaModel"}
+    assert loaded.source_module == "transformers.models.llava.modeling_llava"
+    assert loaded.patch_targets == ("LlamaDecoderLayer",) and loaded.sample_layout.pixels == "fixed_size"
+
+
+@pytest.mark.parametrize("change, field", [
+    (("SAMPLE_LAYOUT = SampleLayout(", "LAYOUT = SampleLayout("), "SAMPLE_LAYOUT"),
+    (('exports=["LlavaForConditionalGeneration", "LlavaModel"]', 'exports="LlavaForConditionalGeneration"'),
+     "exports"),
+    (('exports=["LlavaForConditionalGeneration", "LlavaModel"]', 'exports=["LlavaModel"]'), "exports"),
+    (('    default_ignore=["get_image_features"],\n', ""), "default_ignore"),
+])
+def test_an_entry_recipe_missing_a_name_names_its_file_and_the_name(tmp_path, monkeypatch, change, field):
+    old, new = change
+    assert old in BY_MODULE_NAMES
+    module, path = write_recipe(tmp_path, monkeypatch, BY_MODULE_NAMES.replace(old, new, 1))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(module)
+    assert str(path) in str(info.value) and field in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
 def test_ignore_lists_hold_only_additions_to_the_defaults(entry):
     # The recipes' lists are additions to patcher.DEFAULT_IGNORE (their comments say why each entry

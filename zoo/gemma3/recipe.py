@@ -33,7 +33,7 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _fixed_size_samples as _fixed_size
 from .._fixed_size_samples import default_image_size, example_image_sizes
-from .._recipe import RealConfig, Recipe, SampleLayout
+from .._recipe import RealConfig, SampleLayout, entry_recipe
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
@@ -105,15 +105,9 @@ def build_sample(config: Gemma3Config, sizes, *, batch_size, seq_len, left_paddi
                                     left_padding=left_padding, generator=generator, dtype=dtype)
 
 
-RECIPE = Recipe(
-    model_type=MODEL_TYPE,
-    model_class=MODEL_CLASS,
-    source_module="transformers.models.gemma3.modeling_gemma3",
-    exports={
-        "TraceableGemma3ForConditionalGeneration": "Gemma3ForConditionalGeneration",
-        "TraceableGemma3Model": "Gemma3Model",
-    },
-    patch_targets=["Gemma3DecoderLayer"],
+RECIPE = entry_recipe(
+    globals(),
+    exports=["Gemma3ForConditionalGeneration", "Gemma3Model"],
     # One subgraph per text decoder layer.
     default_targets=["Gemma3DecoderLayer"],
     # Additions to ``patcher.DEFAULT_IGNORE`` (which already keeps the mask builders, including
@@ -127,13 +121,6 @@ RECIPE = Recipe(
         "re:model\\.multi_modal_projector",
         "get_image_features",
     ],
-    vision_targets=VISION_TARGETS,
-    vision_ignore=VISION_IGNORE,
-    tiny_config=tiny_config,
-    tiny_model=tiny_model,
-    build_sample=build_sample,
-    example_image_sizes=example_image_sizes,
-    sample_layout=SAMPLE_LAYOUT,
     real_configs=[
         RealConfig(
             "gemma-3-4b-it", text_subgraphs=35, multimodal_subgraphs=35,

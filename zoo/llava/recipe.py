@@ -32,7 +32,7 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _fixed_size_samples as _fixed_size
 from .._fixed_size_samples import default_image_size, example_image_sizes
-from .._recipe import RealConfig, Recipe, SampleLayout
+from .._recipe import RealConfig, SampleLayout, entry_recipe
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import tiny_config_parts as _tiny_config_parts
@@ -107,15 +107,9 @@ def build_sample(config: LlavaConfig, sizes, *, batch_size, seq_len, left_paddin
                                     left_padding=left_padding, generator=generator, dtype=dtype)
 
 
-RECIPE = Recipe(
-    model_type=MODEL_TYPE,
-    model_class=MODEL_CLASS,
-    source_module="transformers.models.llava.modeling_llava",
-    exports={
-        "TraceableLlavaForConditionalGeneration": "LlavaForConditionalGeneration",
-        "TraceableLlavaModel": "LlavaModel",
-    },
-    patch_targets=["LlamaDecoderLayer"],
+RECIPE = entry_recipe(
+    globals(),
+    exports=["LlavaForConditionalGeneration", "LlavaModel"],
     # One subgraph per text decoder layer (the text model is a plain Llama).
     default_targets=["LlamaDecoderLayer"],
     # Additions to ``patcher.DEFAULT_IGNORE`` with the recipe's targets (``vision_ignore`` replaces
@@ -128,13 +122,6 @@ RECIPE = Recipe(
         "re:model\\.multi_modal_projector",
         "get_image_features",
     ],
-    vision_targets=VISION_TARGETS,
-    vision_ignore=VISION_IGNORE,
-    tiny_config=tiny_config,
-    tiny_model=tiny_model,
-    build_sample=build_sample,
-    example_image_sizes=example_image_sizes,
-    sample_layout=SAMPLE_LAYOUT,
     real_configs=[
         RealConfig(
             "llava-1.5-7b-hf", text_subgraphs=33, multimodal_subgraphs=33,

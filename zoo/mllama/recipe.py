@@ -45,7 +45,7 @@ from transformers.models.mllama.processing_mllama import (
 
 from patcher.samples import register_multimodal_sample
 
-from .._recipe import RealConfig, Recipe, SampleLayout
+from .._recipe import RealConfig, SampleLayout, entry_recipe
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 from .._recipe_helpers import multimodal_sample_builder as _multimodal_sample_builder
 from .._recipe_helpers import pair as _pair
@@ -197,15 +197,9 @@ def build_sample(config: MllamaConfig, sizes, *, batch_size, seq_len, left_paddi
     }
 
 
-RECIPE = Recipe(
-    model_type=MODEL_TYPE,
-    model_class=MODEL_CLASS,
-    source_module="transformers.models.mllama.modeling_mllama",
-    exports={
-        "TraceableMllamaForConditionalGeneration": "MllamaForConditionalGeneration",
-        "TraceableMllamaModel": "MllamaModel",
-    },
-    patch_targets=["MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer"],
+RECIPE = entry_recipe(
+    globals(),
+    exports=["MllamaForConditionalGeneration", "MllamaModel"],
     default_targets=DEFAULT_TARGETS,
     # With images: cut at the cross-attention layers too.
     multimodal_targets=[*DEFAULT_TARGETS, *CROSS_ATTENTION_TARGETS],
@@ -219,13 +213,6 @@ RECIPE = Recipe(
         "re:model\\.vision_model",
         "_prepare_cross_attention_mask",
     ],
-    vision_targets=VISION_TARGETS,
-    vision_ignore=VISION_IGNORE,
-    tiny_config=tiny_config,
-    tiny_model=tiny_model,
-    build_sample=build_sample,
-    example_image_sizes=example_image_sizes,
-    sample_layout=SAMPLE_LAYOUT,
     real_configs=[
         RealConfig(
             # --multimodal cuts at the 8 cross-attention layers too; without an image they do not run.

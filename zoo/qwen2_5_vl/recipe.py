@@ -33,7 +33,7 @@ from patcher.samples import register_multimodal_sample
 
 from .. import _qwen_vl_samples as _qwen_vl
 from .._qwen_vl_samples import default_image_size, example_image_sizes, image_grid, image_token_count  # noqa: F401
-from .._recipe import Recipe, RealConfig
+from .._recipe import RealConfig, entry_recipe
 from .._recipe_helpers import make_tiny_model as _make_tiny_model
 
 MODEL_TYPE = "qwen2_5_vl"
@@ -78,27 +78,15 @@ tiny_model = _make_tiny_model(MODEL_CLASS, tiny_config)
 # The sample layout and its image functions (imported above, read by tests and callers from the
 # recipe) are the Qwen VL family's (zoo/_qwen_vl_samples.py); the builder is registered for this model type.
 build_sample = register_multimodal_sample(MODEL_TYPE)(_qwen_vl.build_sample)
+SAMPLE_LAYOUT = _qwen_vl.SAMPLE_LAYOUT
 
 
-RECIPE = Recipe(
-    model_type=MODEL_TYPE,
-    model_class=MODEL_CLASS,
-    source_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-    exports={
-        "TraceableQwen2_5_VLForConditionalGeneration": "Qwen2_5_VLForConditionalGeneration",
-        "TraceableQwen2_5_VLModel": "Qwen2_5_VLModel",
-    },
-    patch_targets=["Qwen2_5_VLDecoderLayer"],
+RECIPE = entry_recipe(
+    globals(),
+    exports=["Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLModel"],
     # One subgraph per text decoder layer.
     default_targets=["Qwen2_5_VLDecoderLayer"],
-    default_ignore=_qwen_vl.DEFAULT_IGNORE,  # the family's (zoo/_qwen_vl_samples.py says why)
-    vision_targets=VISION_TARGETS,
-    vision_ignore=VISION_IGNORE,
-    tiny_config=tiny_config,
-    tiny_model=tiny_model,
-    build_sample=build_sample,
-    example_image_sizes=example_image_sizes,
-    sample_layout=_qwen_vl.SAMPLE_LAYOUT,
+    default_ignore=_qwen_vl.TEXT_IGNORE,  # the family's (zoo/_qwen_vl_samples.py says why)
     real_configs=[
         RealConfig(
             "Qwen2.5-VL-7B-Instruct", text_subgraphs=29, multimodal_subgraphs=29,

@@ -86,13 +86,13 @@ def image_layout(config):
 
 def builder_location(config) -> str | None:
     """``file:line`` of the image sample builder used for the config (where a broken sample is made)."""
-    from ...trace.diagnose import _short_path
+    from ...trace.diagnose import short_path
 
     builder = _builder(config)
     layout = getattr(builder, "layout", None)
     target = layout.pixels if layout is not None else builder
     try:
-        return f"{_short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
+        return f"{short_path(inspect.getsourcefile(target))}:{inspect.getsourcelines(target)[1]}"
     except (TypeError, OSError):
         return None
 

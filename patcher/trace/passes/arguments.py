@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping
 
 from torch import nn
 
-from ...registry.normalize import input_names
+from ...registry.normalize import ModuleEntries, input_names
 from ...registry.ignore import resolve_ignore
 from ..errors import TargetMatchError
 from ..liveness import check_unused_inputs_known
@@ -26,8 +26,8 @@ class Arguments:
 
 
 def read_arguments(model: nn.Module, sample_input: Mapping[str, Any],
-                   sequential_targets: Iterable[str | type] | str | type,
-                   ignore: Iterable[str | type] | str | type | None, unused_inputs: Iterable[str] | str) -> Arguments:
+                   sequential_targets: ModuleEntries,
+                   ignore: ModuleEntries | None, unused_inputs: Iterable[str] | str) -> Arguments:
     unused_inputs = input_names(unused_inputs, "unused_inputs")
     check_unused_inputs_known(sample_input, unused_inputs)
     ignore = resolve_ignore(ignore)
