@@ -27,6 +27,11 @@ it lacks) naming the input, while the pipeline caches the batches: before any we
 Subgraph 0 is handed every input of each batch as well (its ``input_names`` is a
 :class:`~patcher.partition.BatchInputNames`), and refuses such an input itself.
 
+Distributed ``oneshot`` (``torchrun --nproc_per_node N``, every rank inside the block): every rank
+traces on rank 0's first batch and checks its own batches against that graph, every rank raises
+when any rank refuses a batch, and each layer's quantized weights are written by every rank before
+any rank reads them (:mod:`patcher.integrations.llmcompressor_ranks`).
+
 Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are internals of its
 ``llmcompressor.pipelines.sequential.pipeline`` module, checked on entry.
 """
@@ -47,9 +52,12 @@ from ..partition import BatchInputNames, Subgraph, trace_subgraphs
 from ..registry.ignore import DEFAULT_IGNORE
 from ..trace.errors import InputMismatchError
 from ..trace.record import TraceRecord
+from . import llmcompressor_ranks as ranks
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
 PIPELINE_MODULE = "llmcompressor.pipelines.sequential.pipeline"
+#: The names of the pipeline module that ``tracezoo_tracing`` replaces inside its block.
+PATCHED = ("trace_subgraphs", "IntermediatesCache", "LifecycleCallbacks")
 #: Batch keys the pipeline itself reads from its cache and never passes to the model.
 PIPELINE_KEYS = frozenset({"loss_mask"})
 #: The llm-compressor release the integration is tested with.
@@ -72,7 +80,7 @@ def _pipeline_module():
         raise IntegrationError(
             f"tracezoo_tracing needs llm-compressor ({exc}); install it (tested: llmcompressor=={TESTED_VERSION}, "
             "see GUIDE.md, 'Using tracezoo in llm-compressor')") from exc
-    missing = [name for name in ("trace_subgraphs", "IntermediatesCache") if not hasattr(module, name)]
+    missing = [name for name in PATCHED if not hasattr(module, name)]
     if missing:
         raise IntegrationError(
             f"{PIPELINE_MODULE} has no {', '.join(missing)}: this llm-compressor release runs its sequential "
@@ -246,13 +254,17 @@ class _CheckedBatches:
         with rows.recording():
             for index, batch in enumerate(self._dataloader):
                 try:
-                    check_batch(self._record, batch, rows.where(index), dataset_fix(self._record, batch))
+                    check_batch(self._record, batch, ranks.where_prefix() + rows.where(index),
+                                dataset_fix(self._record, batch))
                 except InputMismatchError as error:
                     failures.append((index, error))
                 if not failures:
                     yield batch
-        if failures:
-            raise _summary(failures, rows, len(self._dataloader)) from failures[0][1]
+        error = _summary(failures, rows, len(self._dataloader)) if failures else None
+        # with several ranks, every rank raises or none does (llmcompressor_ranks.agreed_error)
+        error = ranks.agreed_error(error)
+        if error is not None:
+            raise error from (failures[0][1] if failures else None)
 
 
 def _summary(failures: list[tuple[int, InputMismatchError]], rows: _BatchRows, total: int) -> InputMismatchError:
@@ -283,9 +295,12 @@ class _Session:
         from llmcompressor.utils.helpers import calibration_forward_context
 
         warn_unmatched_recipe_ignores(model)
+        # with several ranks, every rank traces on rank 0's first batch (llmcompressor_ranks.agreed_sample)
+        sample = ranks.agreed_sample(model_inputs(sample_input))
         with calibration_forward_context(model), HooksMixin.disable_hooks(), disable_onloading():
-            subgraphs = trace_subgraphs(model, _on_device(model_inputs(sample_input), model), sequential_targets,
+            subgraphs = trace_subgraphs(model, _on_device(sample, model), sequential_targets,
                                         tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
+        ranks.check_same_graphs(subgraphs, type(model).__name__)
         self.record = subgraphs[0].record
         return to_pipeline_subgraphs(subgraphs)
 
@@ -475,16 +490,19 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     :func:`patcher.trace_subgraphs`); any other input that would not reach the graph's output is
     an error, never a silent drop. Inside the block, llm-compressor's registry of MoE experts
     finds tracezoo's rewritten copies of the classes it registers (:data:`EXPERTS_REGISTRY`).
+    Under ``torchrun``, every rank runs the block: the ranks trace one graph, agree on refused
+    batches, and wait for each other's quantized weights (:mod:`.llmcompressor_ranks`).
     Raises :class:`IntegrationError` when llm-compressor is missing or lacks what this replaces.
     Not re-entrant across threads: it patches the pipeline module and the registry.
     """
     module = _pipeline_module()
     session = _Session(module, unused_inputs)
-    saved = {name: getattr(module, name) for name in ("trace_subgraphs", "IntermediatesCache")}
+    saved = {name: getattr(module, name) for name in PATCHED}
     module.trace_subgraphs = session.trace_subgraphs
     module.IntermediatesCache = session.cache_class()
+    module.LifecycleCallbacks = ranks.written_before_read(saved["LifecycleCallbacks"])
     try:
-        with _registries_find_copies():
+        with _registries_find_copies(), ranks.rows_of_each_rank():
             yield session
     finally:
         for name, value in saved.items():
