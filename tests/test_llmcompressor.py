@@ -43,6 +43,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 import torch
@@ -1102,3 +1103,190 @@ def test_an_experts_registry_of_another_shape_is_refused(monkeypatch):
         with tracezoo_tracing():
             pass
     assert pipeline.trace_subgraphs is before
+
+
+# --- Distributed oneshot: torchrun ranks on the CPU (gloo) -------------------------------------------------------------
+#
+# Each run is tests/llmcompressor_ranks.py in its own processes: `torchrun --standalone --nproc_per_node 2` (a free
+# port, so a run beside another cannot collide), or plain python for the single-process run it is held to. The
+# model is a tiny checkpoint written with save_pretrained and loaded by every rank, in memory or through
+# compressed-tensors' load_offloaded_model(device_map="auto_offload") with the weights on disk.
+
+RANKS_SCRIPT = Path(__file__).with_name("llmcompressor_ranks.py")
+#: Seconds one run of the ranks may take before it counts as hung (a rank waiting for another that left).
+RANKS_TIMEOUT = 300
+
+
+def _llama_checkpoint(folder: Path) -> dict:
+    """A tiny LlamaForCausalLM (3 layers) and six text batches: 0-3 with an attention mask (0 and 2
+    left-padded), 4 and 5 without one."""
+    model, _, targets = _text_case("LlamaForCausalLM", "LlamaConfig", plain=True)
+    model.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for size, length, padding in ((2, 7, 2), (3, 5, 0), (2, 6, 1), (1, 8, 0), (2, 5, 0), (1, 6, 0)):
+        batch = {"input_ids": torch.randint(0, 64, (size, length), generator=generator)}
+        if len(batches) < 4:
+            batch["attention_mask"] = torch.ones(size, length, dtype=torch.long)
+            batch["attention_mask"][0, :padding] = 0
+        batches.append(batch)
+    torch.save(batches, folder / "batches.pt")
+    return {"checkpoint": str(folder), "model_class": "transformers:LlamaForCausalLM",
+            "batches": str(folder / "batches.pt"), "recipe_targets": "re:.*_proj", "sequential_targets": targets}
+
+
+def _qwen2_vl_checkpoint(folder: Path) -> dict:
+    """The zoo's tiny Qwen2-VL (2 text layers, a vision tower) and four batches with images, of two
+    layouts (one or two images a row, another size, left padding)."""
+    spec = recipe("qwen2_vl")
+    model, _, targets = _zoo_case("qwen2_vl")
+    model.save_pretrained(folder)
+    batches = [spec.build_sample(model.config, batch_size=size, seq_len=length, num_images=images,
+                                 left_padding=padding, generator=torch.Generator().manual_seed(seed))
+               for seed, (size, length, images, padding) in enumerate(((2, 5, 1, 1), (1, 9, 2, 0), (1, 6, 1, 0),
+                                                                       (2, 7, 1, 0)))]
+    torch.save(batches, folder / "batches.pt")
+    return {"checkpoint": str(folder), "model_class": f"zoo:{ZOO_CLASSES['qwen2_vl']}",
+            "batches": str(folder / "batches.pt"), "recipe_targets": "re:.*language_model.*_proj",
+            "sequential_targets": targets}
+
+
+RANK_CASES = {"llama": _llama_checkpoint, "qwen2_vl": _qwen2_vl_checkpoint}
+
+
+@pytest.fixture(scope="module")
+def rank_inputs(tmp_path_factory):
+    """``case -> (spec, single-process weights)``: each checkpoint written and calibrated in one
+    process once, for every test of the module that needs it."""
+    made: dict = {}
+
+    def inputs(case: str):
+        if case not in made:
+            folder = tmp_path_factory.mktemp(case)
+            spec = {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0, 1], [2, 3]]}
+            single = run_ranks(spec, folder / "single", ranks=None)
+            assert "error" not in single[0], single[0].get("traceback")
+            made[case] = spec, torch.load(folder / "single" / "weights.pt")
+        return made[case]
+
+    return inputs
+
+
+def run_ranks(spec: dict, out: Path, ranks: int | None = 2) -> list[dict]:
+    """Run tests/llmcompressor_ranks.py on ``ranks`` torchrun ranks (None: one plain process);
+    every rank's report, by rank."""
+    import json
+    import subprocess
+    import sys
+
+    from child_env import child_env
+
+    out.mkdir(parents=True)
+    spec = {**spec, "out": str(out), "offload_folder": str(out / "offload")}
+    (out / "spec.json").write_text(json.dumps(spec))
+    launcher = [] if ranks is None else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    done = subprocess.run([sys.executable, *launcher, str(RANKS_SCRIPT), str(out / "spec.json")], env=child_env(),
+                          capture_output=True, text=True, timeout=RANKS_TIMEOUT)
+    reports = sorted(out.glob("report-*.json"))
+    assert done.returncode == 0 and len(reports) == (ranks or 1), \
+        f"exit status {done.returncode}, {len(reports)} reports:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return [json.loads(report.read_text()) for report in reports]
+
+
+def _batch_fingerprint(batch: dict) -> str:
+    from llmcompressor_ranks import _fingerprint
+
+    return _fingerprint(batch)
+
+
+@pytest.mark.parametrize("case, load", [
+    pytest.param("llama", "memory", id="llama-memory"),
+    pytest.param("llama", "offload", id="llama-offload", marks=pytest.mark.slow),
+    pytest.param("qwen2_vl", "memory", id="qwen2_vl-memory", marks=pytest.mark.slow),
+    pytest.param("qwen2_vl", "offload", id="qwen2_vl-offload", marks=pytest.mark.slow),
+])
+def test_two_ranks_quantize_as_one_process(case, load, rank_inputs, tmp_path):
+    """GPTQ W8A8 on two ranks, two batches each, equals one process on the four: every weight, scale
+    and zero point bit-identical.
+
+    Rank 1 writes its quantized weights half a second late, as a slower rank would: each rank then
+    runs the layer again to hand its outputs on, reading the other rank's modules, and without
+    waiting for them it read weights not yet quantized (the next layer calibrated on other inputs,
+    and rank 0 saved a last layer with rank 1's uninitialized scales). With the weights on disk,
+    a rank's copy of a module another rank quantized, kept from the calibration pass, was stale
+    (one weight of the Qwen2-VL's last layer off by a quantization step). Every rank traces on rank
+    0's first batch, not its own, and reads no weight while tracing (the disk-offloaded weights stay
+    on disk)."""
+    spec, single = rank_inputs(case)
+    reports = run_ranks({**spec, "load": load, "slow_rank": 1, "slow_seconds": 0.5}, tmp_path / "ranks")
+    batches = torch.load(spec["batches"])
+    for report in reports:
+        assert "error" not in report, report["traceback"]
+        assert report["traced_on"] == [_batch_fingerprint(batches[spec["rank_batches"][0][0]])], report["rank"]
+        assert report["onloads_while_tracing"] == {}, report["rank"]
+        if load == "offload":
+            assert report["disk_offloaded_parameters"] > 0, "nothing was offloaded to disk"
+    weights = torch.load(tmp_path / "ranks" / "weights.pt")
+    assert weights.keys() == single.keys()
+    for key, value in single.items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("rank_1", [
+    pytest.param([4, 5], id="every-batch-of-rank-1"),
+    pytest.param([2, 4], id="second-batch-of-rank-1", marks=pytest.mark.slow),
+])
+def test_a_batch_one_rank_refuses_stops_every_rank(rank_1, rank_inputs, tmp_path):
+    """Rank 1's batches without the attention mask the graph was traced with (rank 0's first batch
+    has one) are refused on both ranks, before any weight changes, and both errors name rank 1 and
+    the batch. Before, rank 1 traced on its own first batch: with every batch of it lacking the mask,
+    its graph took them and the ranks calibrated on two graphs, where one process refuses the same
+    batches; and a rank refusing alone left the other waiting in the first reduction of a layer."""
+    spec, _ = rank_inputs("llama")
+    reports = run_ranks({**spec, "rank_batches": [[0, 1], rank_1]}, tmp_path / "ranks")
+    refused = rank_1.index(4)
+    for report in reports:
+        assert report.get("error_type") == "MissingInputError", report.get("traceback", report)
+        assert f"rank 1 of 2, calibration batch {refused} (dataset row {refused}): missing input(s) 'attention_mask'" \
+            in report["error"], report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+    assert "rank 1 of 2 refused calibration batches, so no rank calibrates (this rank's batches fit: rank 0)" \
+        in reports[0]["error"]
+
+
+@pytest.mark.slow
+def test_a_dataset_split_across_ranks_calibrates_each_ranks_rows(rank_inputs, tmp_path):
+    """The same datasets.Dataset on both ranks: llm-compressor splits it, rows 0-3 for rank 0 and
+    4-7 for rank 1, and the quantized model equals one process's on all eight rows. llm-compressor
+    0.14.0.1 built each rank's sampler on its share but read the whole dataset with it, so both
+    ranks calibrated on rows 0-3 and the weights differed."""
+    from datasets import Dataset
+
+    spec, _ = rank_inputs("llama")
+    generator = torch.Generator().manual_seed(3)
+    lengths = [7, 5, 6, 8, 5, 9, 6, 7]  # distinct rows, each its own batch (llm-compressor's batch size 1)
+    rows = [torch.randint(0, 64, (length,), generator=generator).tolist() for length in lengths]
+    Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}).save_to_disk(
+        tmp_path / "rows")
+    spec = {**spec, "dataset": str(tmp_path / "rows")}
+    single = run_ranks(spec, tmp_path / "single", ranks=None)
+    assert "error" not in single[0], single[0]["traceback"]
+    for report in run_ranks(spec, tmp_path / "ranks"):
+        assert "error" not in report, report["traceback"]
+    one, two = (torch.load(tmp_path / run / "weights.pt") for run in ("single", "ranks"))
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.slow
+def test_ranks_tracing_other_graphs_are_refused(rank_inputs, tmp_path):
+    """Rank 1 given another sequential_targets_per_subgraph than rank 0 traces another partition
+    of the same model: both ranks raise RankMismatchError naming the difference and the fix, where
+    they would have reduced the Hessians of different modules (or waited for each other forever)."""
+    spec, _ = rank_inputs("llama")
+    spec = {**spec, "oneshot_args_by_rank": {"1": {"sequential_targets_per_subgraph": 2}}}
+    for report in run_ranks(spec, tmp_path / "ranks"):
+        assert report.get("error_type") == "RankMismatchError", report.get("traceback", report)
+        assert "rank 1 of 2 traced LlamaForCausalLM into another graph than rank 0 (3 subgraphs, rank 0 4; " \
+               "subgraph 0 differs)" in report["error"]
+        assert report["unchanged"]
