@@ -1163,7 +1163,7 @@ def rank_inputs(tmp_path_factory):
     def inputs(case: str):
         if case not in made:
             folder = tmp_path_factory.mktemp(case)
-            spec = {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0, 1], [2, 3]]}
+            spec = {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0], [1]]}
             single = run_ranks(spec, folder / "single", ranks=None)
             assert "error" not in single[0], single[0].get("traceback")
             made[case] = spec, torch.load(folder / "single" / "weights.pt")
@@ -1206,8 +1206,11 @@ def _batch_fingerprint(batch: dict) -> str:
     pytest.param("qwen2_vl", "offload", id="qwen2_vl-offload", marks=pytest.mark.slow),
 ])
 def test_two_ranks_quantize_as_one_process(case, load, rank_inputs, tmp_path):
-    """GPTQ W8A8 on two ranks, two batches each, equals one process on the four: every weight, scale
-    and zero point bit-identical.
+    """GPTQ W8A8 on two ranks, one batch each, equals one process on the two: every weight, scale
+    and zero point bit-identical. One batch a rank, so that the Hessians are the same sums: one
+    process adds the batches' contributions one after another, the ranks each sum their own and the
+    reduction adds those, which with more batches a rank rounds differently in the last bits (and
+    may move a weight by one quantization step; GUIDE.md, "Distributed oneshot").
 
     Rank 1 writes its quantized weights half a second late, as a slower rank would: each rank then
     runs the layer again to hand its outputs on, reading the other rank's modules, and without
@@ -1256,15 +1259,16 @@ def test_a_batch_one_rank_refuses_stops_every_rank(rank_1, rank_inputs, tmp_path
 
 @pytest.mark.slow
 def test_a_dataset_split_across_ranks_calibrates_each_ranks_rows(rank_inputs, tmp_path):
-    """The same datasets.Dataset on both ranks: llm-compressor splits it, rows 0-3 for rank 0 and
-    4-7 for rank 1, and the quantized model equals one process's on all eight rows. llm-compressor
-    0.14.0.1 built each rank's sampler on its share but read the whole dataset with it, so both
-    ranks calibrated on rows 0-3 and the weights differed."""
+    """The same datasets.Dataset on both ranks: llm-compressor splits it, row 0 for rank 0 and row 1
+    for rank 1, and the quantized model equals one process's on both rows. llm-compressor 0.14.0.1
+    built each rank's sampler on its share but read the whole dataset with it, so both ranks
+    calibrated on row 0 (with 8 rows: rows 0-3, and 4-7 on none) and the weights differed. Two rows,
+    one a rank, for the reason of test_two_ranks_quantize_as_one_process."""
     from datasets import Dataset
 
     spec, _ = rank_inputs("llama")
     generator = torch.Generator().manual_seed(3)
-    lengths = [7, 5, 6, 8, 5, 9, 6, 7]  # distinct rows, each its own batch (llm-compressor's batch size 1)
+    lengths = [7, 5]  # each row its own batch (llm-compressor's batch size 1)
     rows = [torch.randint(0, 64, (length,), generator=generator).tolist() for length in lengths]
     Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}).save_to_disk(
         tmp_path / "rows")
