@@ -1294,3 +1294,24 @@ def test_ranks_tracing_other_graphs_are_refused(rank_inputs, tmp_path):
         assert "rank 1 of 2 traced LlamaForCausalLM into another graph than rank 0 (3 subgraphs, rank 0 4; " \
                "subgraph 0 differs)" in report["error"]
         assert report["unchanged"]
+
+
+def test_guide_distributed_example_runs(tmp_path):
+    """GUIDE.md's torchrun script, as written, on two gloo ranks (the main environment's doc test
+    skips it): it quantizes and saves a compressed checkpoint."""
+    import json
+    import subprocess
+    import sys
+
+    from child_env import child_env
+
+    guide = (Path(__file__).resolve().parent.parent / "GUIDE.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    script = next(block for block in blocks if block.startswith("# quantize_ranks.py"))
+    (tmp_path / "quantize_ranks.py").write_text(script)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "quantize_ranks.py"], cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                          timeout=RANKS_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-6000:]
+    config = json.loads((tmp_path / "tiny-llama-W8A8" / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
