@@ -180,10 +180,12 @@ def main(spec_path: str) -> None:
 
     integration.trace_subgraphs = traced
     before = {name: value.detach().clone() for name, value in model.state_dict().items()}
-    recipe = GPTQModifier(targets=spec["recipe_targets"], scheme=spec.get("scheme", "W8A8"))
+    recipe = GPTQModifier(targets=spec["recipe_targets"], scheme=spec.get("scheme", "W8A8"),
+                          ignore=spec.get("recipe_ignore", []))
     calibrating = time.perf_counter()
+    session = None
     try:
-        with tracezoo_tracing():
+        with tracezoo_tracing() as session:
             oneshot(model=model, processor=object(), recipe=recipe, pipeline="sequential",
                     sequential_targets=spec["sequential_targets"], **data_args,
                     **spec.get("oneshot_args_by_rank", {}).get(str(rank), {}))
@@ -196,6 +198,8 @@ def main(spec_path: str) -> None:
     finally:
         integration.trace_subgraphs = trace
     report["traced_on"] = traced_on
+    paths = getattr(session, "paths", None)
+    report["path_kinds"] = len(paths.paths) if paths is not None else 0
     report["onloads_while_tracing"] = onloads
     report["oneshot_s"] = time.perf_counter() - calibrating
     report["wall_s"] = time.perf_counter() - started

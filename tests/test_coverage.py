@@ -566,3 +566,24 @@ def test_shrinking_cuts_per_layer_kinds_of_a_config_without_a_count_field():
     assert len(real.layers_block_type) > 10 and "num_hidden_layers" not in real.to_dict()
     assert set(text.layers_block_type) == set(real.layers_block_type)  # every kind kept
     assert len(text.layers_block_type) == text.num_hidden_layers <= 4
+
+
+def test_the_reuse_sample_runs_on_the_chain_traced_on_the_first():
+    """The sweep's second sample proves that the chain traced on the first runs another input of its
+    kind. ``run_subgraphs`` on what ``trace_subgraphs`` returns traces a batch of another kind anew
+    (``patcher.partition.paths``), which would prove nothing: the sweep runs one path, so a second
+    sample of another kind fails at "reuse", as before."""
+    from patcher.coverage.check import Attempt, _attempt, _Generated
+    from patcher.verify import run_eagerly
+    from patcher.verify.compare import sweep_tolerance
+    from tiny_models import tiny_model
+
+    model = tiny_model("LlamaForCausalLM", num_hidden_layers=2)
+    padded = coverage_text_sample(model.config, batch_size=2, seq_len=6, left_padding=2, seed=0)
+    samples = [padded, {"input_ids": padded["input_ids"]}]
+    expected = [run_eagerly(model, sample) for sample in samples]
+    attempt = Attempt("text", ran=True)
+    _attempt(attempt, model, model, ["LlamaDecoderLayer"], samples, expected, 2, _Generated(), None,
+             sweep_tolerance())
+    assert attempt.traced and attempt.max_diff == 0
+    assert attempt.stage == "reuse" and attempt.blocker_kind == "MissingInputError", attempt

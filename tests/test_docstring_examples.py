@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["patcher.normalize",
-           "patcher.partition.subgraph", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.verify.eager",
+           "patcher.partition.paths", "patcher.trace.matching", "patcher.verify.equivalence", "patcher.verify.eager",
            "patcher.verify.kernels", "patcher.attempt",
            "patcher.plan.memory", "patcher.plan.report", "patcher.towers", "patcher.trace.tracer"]
 

@@ -51,13 +51,15 @@ import torch
 pytest.importorskip("llmcompressor")
 
 from llmcompressor import oneshot  # noqa: E402
+from llmcompressor.args import DatasetArguments  # noqa: E402
 from llmcompressor.modeling.moe.conversion_mappings import ARCH_TO_IMPORT_PATHS  # noqa: E402
 from llmcompressor.modeling.moe.linear_experts import LinearExperts2D  # noqa: E402
 from llmcompressor.modifiers.quantization import GPTQModifier  # noqa: E402
 from llmcompressor.utils.helpers import DisableQuantization, calibration_forward_context  # noqa: E402
 
 import zoo  # noqa: E402
-from patcher import InputMismatchError, MissingInputError, UntraceableCodeError, load_traceable  # noqa: E402
+from patcher import InputMismatchError, UntraceableCodeError, load_traceable  # noqa: E402
+from patcher.sample_builders import text_sample  # noqa: E402
 from patcher.models import wake_zero_parameters  # noqa: E402
 from patcher.integrations.llmcompressor import tracezoo_tracing  # noqa: E402
 from zoo._entries import ENTRIES, recipe  # noqa: E402
@@ -195,15 +197,17 @@ def gptq(scheme: str, linears: list[str]) -> GPTQModifier:
         "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 8}}})
 
 
-def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True, **oneshot_args) -> None:
+def run_oneshot(model, batches, targets, modifier, tmp_path, tracezoo: bool = True, **oneshot_args):
+    """``oneshot`` on ``batches``; returns ``tracezoo_tracing()``'s session (its ``paths``), if any."""
     # oneshot re-reads the config from model.config.name_or_path, and wants a processor once a
     # dataset is given (a DataLoader of ready batches needs none).
     model.config.save_pretrained(tmp_path)
     model.config._name_or_path = str(tmp_path)
     loader = torch.utils.data.DataLoader(batches, batch_size=None)
-    with tracezoo_tracing() if tracezoo else undo_tracer_patches(model):
+    with tracezoo_tracing() if tracezoo else undo_tracer_patches(model) as session:
         oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential",
                 sequential_targets=targets, recipe=modifier, num_calibration_samples=len(batches), **oneshot_args)
+    return session
 
 
 def _is_target(name: str, module, targets) -> bool:
@@ -398,82 +402,241 @@ def _unchanged(model, before) -> None:
         assert _equal(now[name], value), f"{name} changed"
 
 
-def _refused(model, batches, targets, tmp_path, error, names):
+def _refused(model, batches, targets, tmp_path, error, names, **oneshot_args):
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
     with pytest.raises(error) as caught:
-        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path)
+        run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path, **oneshot_args)
     for name in names:
         assert repr(name) in str(caught.value), caught.value
     assert "calibration batch 1" in str(caught.value), caught.value
     _unchanged(model, before)
+    return caught.value
 
 
-def test_mismatched_padded_mask_is_refused_before_weights_change(tmp_path):
-    """Traced on a batch without attention_mask (the first batch), a later padded batch would run
-    unmasked (logits off by 0.11 on Llama): refused, naming the input, nothing quantized."""
+def _calibrated_on_both_paths(model, batches, targets, tmp_path) -> None:
+    """``oneshot`` on ``batches`` of two kinds: each on subgraphs traced for its kind, every layer
+    calibrated on eager's inputs for every batch."""
+    inputs = TargetInputs(model, targets)
+    with inputs.recording():
+        session = run_oneshot(model, batches, targets, gptq("W8A8", target_linears(model, targets)), tmp_path)
+    assert len(session.paths.paths) == 2, session.paths.kinds()
+    assert_calibrated_on_eager(model, targets, batches, inputs)
+
+
+def test_unpadded_and_padded_batches_each_calibrated_on_eager(tmp_path):
+    """Traced on a batch without attention_mask (the first batch), a later padded batch ran unmasked
+    (logits off by 0.11 on Llama), then was refused; it runs on subgraphs traced with its mask."""
     model, batches, targets = _text_case("LlamaForCausalLM", "LlamaConfig")
     first = {"input_ids": batches[0]["input_ids"]}
-    _refused(model, [first, batches[0]], targets, tmp_path, InputMismatchError, ["attention_mask"])
+    _calibrated_on_both_paths(model, [first, batches[0]], targets, tmp_path)
 
 
-def test_mismatched_image_on_text_graph_is_refused_before_weights_change(tmp_path):
-    """Traced text-only, a batch with an image would run without it (0.65 on LLaVA): refused."""
+def test_image_batch_after_a_text_batch_calibrated_on_eager(tmp_path):
+    """Traced text-only, a batch with an image ran without it (0.65 on LLaVA), then was refused; it
+    runs on subgraphs traced with images."""
     model, batches, targets = _zoo_case("llava")
     text = {key: batches[0][key] for key in ("input_ids", "attention_mask")}
     text["input_ids"] = torch.where(text["input_ids"] == model.config.image_token_id, 1, text["input_ids"])
-    _refused(model, [text, batches[0]], targets, tmp_path, InputMismatchError, ["pixel_values"])
+    _calibrated_on_both_paths(model, [text, batches[0]], targets, tmp_path)
 
 
-def test_mismatched_image_layout_is_refused_before_weights_change(tmp_path):
-    """A batch of another image layout, without the patch mask the graph was traced with: refused."""
+def test_image_layout_without_its_patch_mask_calibrated_on_eager(tmp_path):
+    """Idefics3 images without the patch mask the first batch had (eager makes one): refused before,
+    each layout on its own subgraphs now."""
     model, batches, targets = _outside_zoo_case("Idefics3ForConditionalGeneration")
     assert "pixel_attention_mask" in batches[0]
     other = {key: value for key, value in batches[1].items() if key != "pixel_attention_mask"}
-    _refused(model, [batches[0], other], targets, tmp_path, MissingInputError, ["pixel_attention_mask"])
+    _calibrated_on_both_paths(model, [batches[0], other], targets, tmp_path)
 
 
-def test_mixed_text_and_image_rows_name_the_dataset_rows_to_filter(tmp_path):
-    """A dataset of LLaVA rows, half with an image and half text-only, through the dataloader
-    ``oneshot`` builds from a dataset (llm-compressor's ``format_calibration_data``: shuffled, one
-    row per batch). The graph is traced on the first batch drawn; the batches of the other kind
-    are refused before any weight changes, and the error names their rows in the dataset (the
-    shuffled batch number names none) and says to filter or batch the dataset (it said "give them
-    when running", and named only the first batch)."""
-    from llmcompressor.args import DatasetArguments
-    from llmcompressor.datasets.utils import format_calibration_data
+def _mixed_rows(case: str, model) -> list[dict]:
+    """Dataset rows of ``case``'s model, with an image and text-only alternately, of several lengths,
+    each as a processor gives one (a batch of one, as lists): a text row lacks the image columns
+    (``datasets`` holds None there)."""
+    from patcher.samples import multimodal_sample
+
+    spec = recipe(case) if case in ZOO_CLASSES else None
+    rows = []
+    for seed in range(6):
+        generator = torch.Generator().manual_seed(seed)
+        size = dict(batch_size=1, seq_len=4 + seed, generator=generator)
+        if seed % 2 == 0:
+            row = spec.build_sample(model.config, num_images=1, **size) if spec else \
+                multimodal_sample(model.config, model=model, **size)
+        else:
+            row = spec.build_sample(model.config, multimodal=False, **size) if spec else \
+                text_sample(model.config, **size)
+            row["input_ids"] = torch.where(row["input_ids"] == model.config.image_token_id, 1, row["input_ids"])
+        rows.append({key: value.tolist() for key, value in row.items()})
+    return rows
+
+
+def _collate_one_row(drawn: list):
+    """llm-compressor's examples' collator for vision-language rows (one row per batch, the
+    processor's batch of one), skipping the columns a row lacks; notes each batch it makes."""
+    def collate(features):
+        assert len(features) == 1
+        batch = {key: torch.tensor(value) for key, value in features[0].items() if value is not None}
+        drawn.append(batch)
+        return batch
+    return collate
+
+
+MIXED_CASES = ("qwen2_vl", "PaliGemmaForConditionalGeneration")
+
+
+@pytest.mark.parametrize("case", MIXED_CASES)
+def test_dataset_of_image_and_text_rows_calibrated_on_eager_for_both_kinds(case, tmp_path):
+    """A ``datasets.Dataset`` of rows with an image and text-only rows, through the dataloader
+    ``oneshot`` builds (shuffled, one row per batch). The first batch's kind was traced, and every
+    batch of the other kind refused (MissingInputError: 'mm_token_type_ids', 'pixel_values',
+    'image_grid_thw'). Each kind runs on subgraphs traced on its first batch, once, with the same
+    targets, and every layer is calibrated on every batch of both kinds, on inputs equal to eager's
+    (``run_eagerly`` on the quantized model, quantization off, as the pipeline calibrates), exactly."""
+    from datasets import Dataset
+
+    from patcher.verify import run_eagerly
+
+    model, _, targets = CASES[case]()
+    dataset = Dataset.from_list(_mixed_rows(case, model))
+    assert dataset[1]["pixel_values"] is None and dataset[0]["pixel_values"] is not None
+    model.config.save_pretrained(tmp_path)
+    model.config._name_or_path = str(tmp_path)
+    linears = target_linears(model, targets)
+    drawn: list[dict] = []
+    inputs = TargetInputs(model, targets)
+    torch.manual_seed(0)  # the sampler's order
+    with inputs.recording(), tracezoo_tracing() as session:
+        oneshot(model=model, dataset=dataset, processor=object(), pipeline="sequential", sequential_targets=targets,
+                recipe=gptq("W8A8", linears), num_calibration_samples=len(dataset), batch_size=1,
+                data_collator=_collate_one_row(drawn))
+    # the pipeline drew the first batch to trace on, then every batch for its cache, in calibration order
+    batches = drawn[1:]
+    assert len(batches) == len(dataset)
+    kinds = ["pixel_values" in batch for batch in batches]
+    assert sorted(kinds) == [False] * 3 + [True] * 3
+    assert len(session.paths.paths) == 2 and sorted("pixel_values" in kind for kind in session.paths.kinds()) == \
+        [False, True]
+    for name in linears:
+        assert hasattr(model.get_submodule(name), "weight_scale"), f"{name} was not quantized"
+
+    reference = TargetInputs(model, targets)
+    with reference.recording(), calibration_forward_context(model), DisableQuantization(model):
+        for batch in batches:
+            run_eagerly(model, _on(batch, model_device(model)))
+    for name, seen in inputs.seen.items():
+        assert len(seen) == 2 * len(batches), f"{name}: {len(seen)} calls for {len(batches)} batches"
+        for index, (chain, eager) in enumerate(zip(seen[:len(batches)], reference.seen[name], strict=True)):
+            assert len(chain) == len(eager), f"{name}, batch {index}: {len(chain)} inputs, eager {len(eager)}"
+            for position, (got, want) in enumerate(zip(chain, eager)):
+                if isinstance(want, torch.Tensor):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m: (
+                        f"{name}, batch {index} ({'image' if kinds[index] else 'text'}), input {position}: {m}"))
+                else:
+                    assert got == want, (name, index, position)
+
+
+def test_batch_mixing_rows_of_two_kinds_is_refused_naming_its_rows(tmp_path):
+    """One batch runs on one kind's subgraphs. Rows of two kinds in one batch (batch_size=2 over a
+    dataset of image and text-only rows) would lose the inputs of one kind in the collator (the default
+    keeps the inputs of the first row: an image row after a text row lost its image) or fail in it:
+    refused before any weight changes, naming each such batch's dataset rows and their kinds, and
+    what to do."""
+    from datasets import Dataset
+
+    from patcher.integrations.llmcompressor import MixedBatchError
 
     spec = recipe("llava")
     model, _, targets = _zoo_case("llava")
     rows = []
-    for seed in range(6):
+    for seed in range(8):
         row = spec.build_sample(model.config, batch_size=1, seq_len=5, num_images=1,
                                 generator=torch.Generator().manual_seed(seed))
+        row = {key: value[0].tolist() for key, value in row.items()}  # a row, as the default collator stacks them
         if seed % 2:  # text-only: no image, no image tokens
-            row = {"input_ids": torch.where(row["input_ids"] == model.config.image_token_id, 1, row["input_ids"]),
-                   "attention_mask": row["attention_mask"]}
+            row = {"input_ids": [1 if token == model.config.image_token_id else token for token in row["input_ids"]],
+                   "attention_mask": row["attention_mask"], "pixel_values": None}
         rows.append(row)
-    with_image = {index for index, row in enumerate(rows) if "pixel_values" in row}
-    arguments = DatasetArguments(batch_size=1, shuffle_calibration_samples=True, num_calibration_samples=len(rows),
-                                 data_collator=lambda features: features[0])
-    loader = format_calibration_data(arguments, rows, processor=None)
+    with_image = {index for index, row in enumerate(rows) if row["pixel_values"] is not None}
+    dataset = Dataset.from_list(rows)
     model.config.save_pretrained(tmp_path)
     model.config._name_or_path = str(tmp_path)
     before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
-    torch.manual_seed(0)  # the sampler's order
-    with pytest.raises(InputMismatchError) as caught, tracezoo_tracing():
-        oneshot(model=model, dataset=loader, processor=object(), pipeline="sequential", sequential_targets=targets,
-                recipe=gptq("W8A8", target_linears(model, targets)), num_calibration_samples=len(rows))
+
+    def refused(seed: int) -> str:
+        torch.manual_seed(seed)  # the sampler's order
+        with pytest.raises(MixedBatchError) as caught, tracezoo_tracing():
+            oneshot(model=model, dataset=dataset, processor=object(), pipeline="sequential", sequential_targets=targets,
+                    recipe=gptq("W8A8", target_linears(model, targets)), num_calibration_samples=len(rows),
+                    batch_size=2)
+        _unchanged(model, before)
+        return str(caught.value)
+
+    # the first batch drawn, which the pipeline traces on, before its cache checks any: rows unknown
+    message = refused(1)
+    assert message.startswith("the first calibration batch (the pipeline traces the model on it) mixes rows of 2 "
+                              "kinds (its row "), message
+    # later batches, as the cache takes them: every mixed batch named by its dataset rows
+    message = refused(0)
+    first = tuple(map(int, re.match(r"calibration batch \d+ \(dataset rows (\d+), (\d+)\) mixes rows of 2 kinds",
+                                    message).groups()))
+    image, text = sorted(first, key=lambda row: row not in with_image)
+    assert image in with_image and text not in with_image, message
+    assert (f"(row {image}: 'input_ids', 'attention_mask', 'pixel_values'; row {text}: 'input_ids', "
+            "'attention_mask')") in message, message
+    assert "batch_size=1, or a DataLoader (oneshot's dataset= takes one) whose batch_sampler batches the rows of each " \
+           "kind apart" in message, message
+    # the rows of every mixed batch, in pairs: each of both kinds; the batches of one kind went through
+    summary = re.search(r"(\d) of 4 calibration batches are refused: dataset rows ([\d, ]+)$", message)
+    named = [int(row) for row in summary.group(2).split(", ")]
+    pairs = [tuple(named[start:start + 2]) for start in range(0, len(named), 2)]
+    assert int(summary.group(1)) == len(pairs) < 4 and pairs[0] == first, message
+    assert all(len({row in with_image for row in pair}) == 2 for pair in pairs), message
+
+
+def test_rows_of_two_kinds_collated_for_another_pipeline_raise_when_read():
+    """Inside ``tracezoo_tracing()`` the collator ``oneshot`` makes hands on rows of several kinds
+    uncollated, for the sequential pipeline's cache to name them; a pipeline that reads the batch
+    without checking it (``model(**batch)``) gets the same error, not a collated batch that lost the
+    image of its second row."""
+    import llmcompressor.datasets.utils as datasets_utils  # format_calibration_data's lookup, at call time
+
+    from patcher.integrations.llmcompressor import MixedBatchError
+
+    text = {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "pixel_values": None}
+    image = {"input_ids": [4, 5, 6], "attention_mask": [1, 1, 1], "pixel_values": [[0.5, 0.25]]}
+    arguments = DatasetArguments(batch_size=2)
+    assert "pixel_values" not in datasets_utils._make_collate_fn(arguments, None)([dict(text), dict(image)])  # lost
+    with tracezoo_tracing():
+        batch = datasets_utils._make_collate_fn(arguments, None)([dict(text), dict(image)])
+    with pytest.raises(MixedBatchError, match=r"a calibration batch mixes rows of 2 kinds \(its row 0: 'input_ids', "
+                                              r"'attention_mask'; its row 1: 'input_ids', 'attention_mask', "
+                                              r"'pixel_values'\)"):
+        dict(**batch)
+
+
+def test_vision_blocks_as_targets_on_image_and_text_batches_are_refused(tmp_path):
+    """With a vision tower's blocks as sequential targets, the subgraphs of image batches run the
+    blocks, those of text-only batches do not: subgraph i of the two kinds would calibrate other
+    layers in one step of the pipeline. Refused before any weight changes, naming the targets and
+    what to do."""
+    from patcher.integrations.llmcompressor import PathMismatchError
+
+    model, batches, _ = _zoo_case("qwen2_vl")
+    spec = recipe("qwen2_vl")
+    targets = [*spec.vision_targets, *spec.default_targets]
+    text = spec.build_sample(model.config, batch_size=1, seq_len=6, multimodal=False)
+    before = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    with pytest.raises(PathMismatchError) as caught:
+        run_oneshot(model, [batches[0], text], targets, gptq("W8A8", target_linears(model, spec.default_targets)),
+                    tmp_path)
     _unchanged(model, before)
     message = str(caught.value)
-    traced_with_image = isinstance(caught.value, MissingInputError)
-    other_kind = set(range(len(rows))) - with_image if traced_with_image else with_image
-    batch, row = map(int, re.search(r"calibration batch (\d+) \(dataset row (\d+)\)", message).groups())
-    assert row in other_kind and batch != row, message  # the seed's order is shuffled: the row is no batch number
-    summary = re.search(r"3 of 6 calibration batches do not fit the graph: dataset rows ([\d, ]+)$", message)
-    assert summary and set(map(int, summary.group(1).split(", "))) == other_kind, message
-    kind = "that have" if traced_with_image else "without"
-    assert f"filter the dataset to rows of one kind (the rows {kind} 'pixel_values'" in message, message
-    assert "give them when running" not in message and "trace with a sample" not in message
+    assert message.startswith("calibration batch 1 (dataset row 1) has inputs 'input_ids', 'attention_mask', another "
+                              "kind than the batches before it"), message
+    assert "sequential targets 'model.visual.blocks.0', 'model.visual.blocks.1' run for batches with 'input_ids', " \
+           "'attention_mask', 'mm_token_type_ids', 'pixel_values', 'image_grid_thw' only" in message, message
+    assert "Leave the targets one kind does not run out of sequential_targets" in message, message
 
 
 def test_tracing_ignore_entry_matching_nothing_is_refused(tmp_path):
@@ -1136,8 +1299,8 @@ def _llama_checkpoint(folder: Path) -> dict:
 
 
 def _qwen2_vl_checkpoint(folder: Path) -> dict:
-    """The zoo's tiny Qwen2-VL (2 text layers, a vision tower) and four batches with images, of two
-    layouts (one or two images a row, another size, left padding)."""
+    """The zoo's tiny Qwen2-VL (2 text layers, a vision tower), four batches with images, of two
+    layouts (one or two images a row, another size, left padding), and two text-only batches."""
     spec = recipe("qwen2_vl")
     model, _, targets = _zoo_case("qwen2_vl")
     model.save_pretrained(folder)
@@ -1145,6 +1308,11 @@ def _qwen2_vl_checkpoint(folder: Path) -> dict:
                                  left_padding=padding, generator=torch.Generator().manual_seed(seed))
                for seed, (size, length, images, padding) in enumerate(((2, 5, 1, 1), (1, 9, 2, 0), (1, 6, 1, 0),
                                                                        (2, 7, 1, 0)))]
+    for seed, (size, length) in enumerate(((2, 6), (1, 8)), start=4):  # 4 and 5: text-only, no image tokens
+        text = spec.build_sample(model.config, multimodal=False, batch_size=size, seq_len=length,
+                                 generator=torch.Generator().manual_seed(seed))
+        text["input_ids"] = torch.where(text["input_ids"] == model.config.image_token_id, 1, text["input_ids"])
+        batches.append(text)
     torch.save(batches, folder / "batches.pt")
     return {"checkpoint": str(folder), "model_class": f"zoo:{ZOO_CLASSES['qwen2_vl']}",
             "batches": str(folder / "batches.pt"), "recipe_targets": "re:.*language_model.*_proj",
@@ -1294,6 +1462,44 @@ def test_ranks_tracing_other_graphs_are_refused(rank_inputs, tmp_path):
         assert "rank 1 of 2 traced LlamaForCausalLM into another graph than rank 0 (3 subgraphs, rank 0 4; " \
                "subgraph 0 differs)" in report["error"]
         assert report["unchanged"]
+
+
+@pytest.mark.slow
+def test_a_rank_of_text_only_batches_calibrates_as_one_process(rank_inputs, tmp_path):
+    """Batches of two kinds split so that rank 0 has an image batch and rank 1 a text-only one: each
+    rank traces the paths of its own batches' kinds (rank 1 never traces the image path, and its
+    subgraph 0 calls no vision module), the modifiers are handed the same modules on both ranks, and
+    the language model's quantized weights equal one process's on both batches, bit for bit."""
+    spec, _ = rank_inputs("qwen2_vl")
+    spec = {**spec, "rank_batches": [[0], [4]]}
+    single = run_ranks(spec, tmp_path / "single", ranks=None)
+    assert "error" not in single[0], single[0]["traceback"]
+    assert single[0]["path_kinds"] == 2, single[0]
+    reports = run_ranks(spec, tmp_path / "ranks")
+    for report in reports:
+        assert "error" not in report, report["traceback"]
+    # rank 0: its image batch's path; rank 1: that one too (traced on rank 0's first batch), and its text path
+    assert [report["path_kinds"] for report in reports] == [1, 2]
+    one, two = (torch.load(tmp_path / run / "weights.pt") for run in ("single", "ranks"))
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+def test_vision_modules_calibrated_on_one_rank_only_are_refused(rank_inputs, tmp_path):
+    """The same split, with the vision tower's linears in the recipe: they run for rank 0's image
+    batch only, and rank 1, with no Hessian of them, would reduce other modules' Hessians with rank
+    0's (or both wait forever). Both ranks raise RankMismatchError naming a vision module, rank 1 and
+    the fix, before any weight changes."""
+    spec, _ = rank_inputs("qwen2_vl")
+    spec = {**spec, "rank_batches": [[0], [4]], "recipe_targets": "Linear", "recipe_ignore": ["lm_head"]}
+    reports = run_ranks(spec, tmp_path / "ranks")
+    for report in reports:
+        assert report.get("error_type") == "RankMismatchError", report.get("traceback", report)
+        assert "subgraph 0 calls" in report["error"] and "visual" in report["error"], report["error"]
+        assert "on rank(s) 0 of 2, but none of rank 1's batches runs them" in report["error"], report["error"]
+        assert "Fix: give every rank batches of every kind" in report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
 
 
 def test_guide_distributed_example_runs(tmp_path):

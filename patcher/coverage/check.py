@@ -481,11 +481,15 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
     attempt.subgraphs = len(subgraphs)
     key, _ = _output(expected[0])
     diffs, agreed = [], []
+    # One path: the second sample proves that the chain traced on the first runs another input of
+    # its kind; run_subgraphs on what trace_subgraphs returned would trace a sample of another kind
+    # anew, and the reuse would prove nothing.
+    path = list(subgraphs)
     for index, (sample, reference) in enumerate(zip(samples, expected)):
         stage = "run" if index == 0 else "reuse"
         try:
             with torch.no_grad():
-                outputs = run_subgraphs(model, subgraphs, sample)
+                outputs = run_subgraphs(model, path, sample)
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, stage, exc, generated, original_file)
             break
@@ -500,7 +504,7 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
     attempt.equal = (len(diffs) == len(samples) and all(agreed)
                      and attempt.subgraphs == attempt.expected)
     if attempt.equal:
-        _check_kernels(attempt, model, original, subgraphs, samples[-1])
+        _check_kernels(attempt, model, original, path, samples[-1])
     if not attempt.equal and attempt.stage is None:
         attempt.stage = "compare"
         attempt.error = (f"subgraphs {attempt.subgraphs}/{attempt.expected}, max diff {attempt.max_diff}, "

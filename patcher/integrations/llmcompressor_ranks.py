@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
@@ -86,22 +86,41 @@ def _on_cpu(value: Any) -> Any:
     return value
 
 
-def agreed_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """The sample every rank traces on: rank 0's (the first batch it drew), handed to the others.
+def agreed_sample(sample: Any, inputs_of: Callable[[Any], Mapping[str, Any]],
+                  errors: Iterable[type[Exception]] = ()) -> dict[str, Any]:
+    """The inputs every rank traces on: those of rank 0's sample (the first batch it drew), handed
+    to the others; ``inputs_of(sample)`` on rank 0 only, and where it raises (a first batch mixing
+    rows of several kinds), every rank raises its error (``errors``: the classes it may be of).
 
     A single process traces on the first batch it draws; with several ranks, each draws from its
-    own share, so without this each would trace on another batch (another kind of batch, where the
-    dataset mixes them). Rank 0's is the one a single process on rank 0's share would have traced on."""
+    own share, so without this each would trace on another batch, and path 0 (the kind of batch
+    the pipeline's subgraphs were traced on) would be another kind on each rank. Rank 0's is the one
+    a single process on every rank's share, rank 0's first, would have traced on."""
     if not is_distributed():
-        return dict(sample)
+        return dict(inputs_of(sample))
     import torch.distributed as dist
     from compressed_tensors.distributed import get_source_rank
 
-    rank, _ = _rank_world()
-    # pickled on the CPU: the pipeline moves it to the device it traces on
-    handed = [_on_cpu(dict(sample)) if rank == get_source_rank() else None]
-    dist.broadcast_object_list(handed, src=get_source_rank())
-    return handed[0]
+    rank, world = _rank_world()
+    source = get_source_rank()
+    handed: list = [None]
+    own_error = None
+    if rank == source:
+        try:
+            # pickled on the CPU: the pipeline moves it to the device it traces on
+            handed[0] = ("sample", _on_cpu(dict(inputs_of(sample))))
+        except Exception as error:  # every rank raises it, or the others wait for the sample forever
+            own_error = error
+            handed[0] = ("error", (type(error).__name__, str(error)))
+    dist.broadcast_object_list(handed, src=source)
+    kind, value = handed[0]
+    if kind == "sample":
+        return value
+    if own_error is not None:
+        raise own_error
+    name, text = value
+    raise _error_class(name, errors)(f"rank {source} of {world} could not hand its first calibration batch to the "
+                                     f"other ranks to trace on (this rank: {rank}):\n{text}")
 
 
 def _graph_fingerprint(subgraphs: list) -> list[str]:
@@ -146,13 +165,14 @@ def check_same_graphs(subgraphs: list, model_name: str) -> None:
         "tracing_ignore) and the same tracezoo, transformers and llm-compressor versions")
 
 
-def agreed_error(error: Exception | None) -> Exception | None:
+def agreed_error(error: Exception | None, errors: Iterable[type[Exception]] = ()) -> Exception | None:
     """The error this rank raises after every rank checked its batches: its own, with what the
     other ranks found; or, on a rank whose batches all fit, one naming the ranks that refused
     theirs. None where every batch of every rank fits.
 
     Collective (every rank calls it once, after its last batch): a rank that raised alone would
-    leave the others waiting in the first reduction of a layer until the process group timed out."""
+    leave the others waiting in the first reduction of a layer until the process group timed out.
+    ``errors``: classes the other ranks' errors may be of, besides :mod:`patcher.trace.errors`'."""
     if not is_distributed():
         return error
     import torch.distributed as dist
@@ -168,16 +188,82 @@ def agreed_error(error: Exception | None) -> Exception | None:
         if not others:
             return error
         return type(error)(f"{error}\nthe other ranks refused theirs too:\n{others}")
-    kind = _error_class(refused[min(refused)][0])
+    kind = _error_class(refused[min(refused)][0], errors)
     return kind(f"rank{'s' if len(refused) > 1 else ''} {', '.join(map(str, refused))} of {world} refused "
                 f"calibration batches, so no rank calibrates (this rank's batches fit: rank {rank}):\n{others}")
 
 
-def _error_class(name: str) -> type[Exception]:
+def _error_class(name: str, known: Iterable[type[Exception]] = ()) -> type[Exception]:
     from ..trace import errors
 
+    for cls in known:
+        if cls.__name__ == name:
+            return cls
     found = getattr(errors, name, None)
     return found if isinstance(found, type) and issubclass(found, Exception) else errors.InputMismatchError
+
+
+def same_modules_on_every_rank(model: torch.nn.Module, called: list[list[str]],
+                               kinds: list[str]) -> list[list[str]] | None:
+    """The modules each pipeline subgraph calls on any rank (``called[i]``: those subgraph ``i`` of
+    this rank's paths calls), the same lists on every rank; None when not distributed. Collective:
+    every rank calls it once its cache routed its batches (``kinds``: the inputs of its paths).
+
+    With batches of several kinds, each rank traces the paths of the kinds its own batches have
+    (rank 0's first kind on all of them): a rank whose batches are all text-only never traces the
+    image path, and its subgraph 0 calls no vision module. The pipeline hands the modifiers each
+    subgraph's modules at the end of the layer, and their reductions go module by module
+    (``sync_obs_act_stats``): given the union of every rank's, they make the same calls on every
+    rank. A module that runs on some ranks only and that a modifier calibrates (its hooks, its
+    quantization scheme) is refused, on every rank, before any weight changes: GPTQ reduces each
+    calibrated module's Hessian from every rank, and a rank on which it never ran has none, so the
+    ranks would pair other modules' Hessians, or wait for each other forever."""
+    if not is_distributed():
+        return None
+    import torch.distributed as dist
+
+    rank, world = _rank_world()
+    every: list = [None] * world
+    dist.all_gather_object(every, (called, kinds))
+    if len({len(their_called) for their_called, _ in every}) > 1:
+        raise RankMismatchError(
+            f"the ranks partitioned the model into {sorted({len(c) for c, _ in every})} subgraphs (this rank: "
+            f"{rank} of {world}; patcher/integrations/llmcompressor_ranks.py, same_modules_on_every_rank): give every "
+            "rank the same model and oneshot arguments")
+    agreed = [list(dict.fromkeys(name for their_called, _ in every for name in their_called[index]))
+              for index in range(len(called))]
+    watched = _calibrated_modules(model)
+    for index, modules in enumerate(agreed):
+        for other, (their_called, their_kinds) in enumerate(every):
+            missing = [name for name in modules if name not in their_called[index]
+                       and any(inner in watched for inner in model.get_submodule(name).modules())]
+            if missing:
+                running = [other_rank for other_rank, (c, _) in enumerate(every) if missing[0] in c[index]]
+                raise RankMismatchError(
+                    f"subgraph {index} calls {len(missing)} module(s) that the recipe calibrates "
+                    f"({', '.join(map(repr, missing[:4]))}{' ...' if len(missing) > 4 else ''}) on rank(s) "
+                    f"{', '.join(map(str, running))} of {world}, but none of rank {other}'s batches runs them (its "
+                    f"batches are of the kinds: {'; '.join(their_kinds)}); this rank: {rank} "
+                    "(patcher/integrations/llmcompressor_ranks.py, same_modules_on_every_rank). The modifiers reduce "
+                    "each calibrated module's statistics from every rank (GPTQ: its Hessian), and rank "
+                    f"{other} has none for them: the ranks would pair other modules' statistics or wait for each "
+                    "other forever. Fix: give every rank batches of every kind (interleave the kinds in the "
+                    "dataset, or shuffle it before it is split: shuffle_calibration_samples), or leave these "
+                    "modules out of the recipe (ignore=[...], e.g. the vision tower's)")
+    return agreed
+
+
+def _calibrated_modules(model: torch.nn.Module) -> set:
+    """The modules of ``model`` that the active recipe's modifiers calibrate: a hook of theirs
+    (``HooksMixin``) on it, or a quantization scheme."""
+    from llmcompressor.core import active_session
+
+    recipe = getattr(getattr(active_session(), "lifecycle", None), "recipe", None)
+    handles = {handle.id for modifier in getattr(recipe, "modifiers", None) or ()
+               for handle in getattr(modifier, "_hooks", None) or ()}
+    return {module for module in model.modules()
+            if getattr(module, "quantization_scheme", None) is not None
+            or handles & (set(module._forward_hooks) | set(module._forward_pre_hooks))}
 
 
 class _Shifted:

@@ -1,5 +1,6 @@
 """Partition: one subgraph per sequential target, run one after another."""
 
-from .subgraph import BatchInputNames, Subgraph, partition_graph, run_subgraphs, trace_subgraphs
+from .paths import SubgraphPaths, run_subgraphs, trace_subgraphs
+from .subgraph import BatchInputNames, Subgraph, partition_graph
 
-__all__ = ["BatchInputNames", "Subgraph", "partition_graph", "run_subgraphs", "trace_subgraphs"]
+__all__ = ["BatchInputNames", "Subgraph", "SubgraphPaths", "partition_graph", "run_subgraphs", "trace_subgraphs"]

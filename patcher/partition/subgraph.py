@@ -11,7 +11,6 @@ from ..normalize import positive_int
 from ..trace.record import TraceRecord
 from ..trace.hooks import check_run_time
 from ..trace.graph_runtime import ROOT_ATTRIBUTE, GraphRoot, TracedGraph, compile_graph, gc_paused, run_graph
-from ..trace.tracer import trace_graph
 from ..trace.wrapped_state import settings_rolled_back_on_error
 
 
@@ -102,50 +101,6 @@ class Subgraph:
     @property
     def code(self) -> str:
         return self.graph.python_code(root_module="self").src
-
-
-def trace_subgraphs(
-    model: nn.Module,
-    sample_input: Mapping[str, Any],
-    sequential_targets: Iterable[str | type] | str | type,
-    ignore: Iterable[str | type] | str | type | None = None,
-    targets_per_subgraph: int = 1,
-    unused_inputs: Iterable[str] | str = (),
-) -> list[Subgraph]:
-    """Trace ``model`` and split it into subgraphs, one per sequential target (plus a last one).
-
-    ``sequential_targets`` and ``ignore`` entries are names, ``re:`` patterns or ``nn.Module``
-    subclasses (``[LlamaDecoderLayer]`` means ``["LlamaDecoderLayer"]``); a single string or class
-    is one entry. ``ignore=None`` (the default) means ``DEFAULT_IGNORE``, as everywhere in
-    tracezoo; ``[]`` ignores nothing. ``targets_per_subgraph`` is an int >= 1.
-
-    ``unused_inputs`` names sample inputs the model does not read (see :func:`trace_graph`; a
-    single string is one name): any other sample tensor that does not reach the output is an
-    error, never a silent drop.
-
-    An argument of the wrong type raises ``TypeError``, a ``targets_per_subgraph`` below 1
-    ``ValueError``, both naming the argument (:mod:`patcher.normalize`), before anything is traced.
-
-    Example (a tiny Llama built from its config)::
-
-        >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
-        >>> from patcher import trace_subgraphs, run_subgraphs
-        >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
-        ...                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
-        >>> model = LlamaForCausalLM(config).eval()
-        >>> sample = {"input_ids": torch.randint(0, 64, (1, 5)), "attention_mask": torch.ones(1, 5)}
-        >>> subgraphs = trace_subgraphs(model, sample, ["LlamaDecoderLayer"])
-        >>> len(subgraphs)
-        3
-        >>> outputs = run_subgraphs(model, subgraphs, sample)
-        >>> torch.equal(outputs["logits"], model(**sample).logits)
-        True
-    """
-    targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
-    traced = trace_graph(model, sample_input, sequential_targets, ignore, unused_inputs)
-    with gc_paused():
-        return partition_graph(traced, model, targets_per_subgraph)
 
 
 def partition_graph(traced: TracedGraph, model: nn.Module, targets_per_subgraph: int = 1) -> list[Subgraph]:
@@ -301,22 +256,9 @@ def subgraph_list(subgraphs: Any, function: str) -> list[Subgraph]:
     return subgraphs
 
 
-def run_subgraphs(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the subgraphs in order, handing activations on; return the model's outputs.
-
-    ``inputs`` are the model's inputs, as in the sample the subgraphs were traced with: every
-    input the graph takes must be given, an input it was traced without raises
-    (:class:`~patcher.InputMismatchError`: the graph would ignore it), and constants of the trace
-    (None, Python scalars such as ``logits_to_keep=1``) may be left out or given with the traced
-    value only. The model must be the one traced (same structure, checked once per model) and in
-    the same train/eval mode (:class:`~patcher.TrainingModeError`, :class:`~patcher.ModelMismatchError`).
-    Values no later subgraph needs are dropped as soon as their last reader has run.
-    ``subgraphs`` is the non-empty list :func:`trace_subgraphs` returned (else ``TypeError`` or
-    ``ValueError``: no subgraph would run, and the result would be empty).
-    A run refused part-way (by any subgraph, or a check between two) leaves the settings of the
-    model as they were before the first subgraph ran.
-    """
-    subgraphs = subgraph_list(subgraphs, "run_subgraphs")
+def run_path(model: nn.Module, subgraphs: list[Subgraph], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one path's subgraphs in order on ``inputs`` of its kind (:func:`run_subgraphs`, which picks
+    the path, says what is checked); return the model's outputs."""
     record = subgraphs[0].record
     record.check_model_inputs(inputs, "run_subgraphs")
     record.check_structure(model, "run_subgraphs")

@@ -37,6 +37,10 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "_update_causal_mask",
     "get_rope_index",
     "torch_compilable_check",
+    # Gemma 4 (transformers 5.23 on): before the first KV-sharing layer, slices the inputs to the
+    # positions `logits_to_keep` asks for, decided by an if/elif on the sequence length, flags and the
+    # attention implementation; traced, every KV-sharing config (the E2B/E4B checkpoints') failed
+    "_maybe_slice_kv_shared_inputs",
     *TOWER_HELPERS,
 )
 

@@ -48,6 +48,16 @@ def same_constant(traced: Any, given: Any) -> bool:
         return False
 
 
+def given_inputs(inputs: Mapping[str, Any]) -> list[str]:
+    """The names of ``inputs`` given as values, not as constants of a trace (see :func:`is_trace_constant`)."""
+    return [name for name, value in inputs.items() if not is_trace_constant(value)]
+
+
+def input_kind(names: Iterable[str]) -> str:
+    """A kind of batch as messages name it: its inputs, quoted, in their order."""
+    return ", ".join(map(repr, names)) or "no tensor input"
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
@@ -81,6 +91,23 @@ class TraceRecord:
     _verified: Any = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     # -- inputs ------------------------------------------------------------------------------
+    def same_kind(self, inputs: Mapping[str, Any]) -> bool:
+        """Whether a whole-model run with ``inputs`` is of the kind the graph was traced on: the names
+        given as values (tensors, anything not a constant of the trace) are its inputs, no more and no
+        fewer, and every name given a constant (None, a Python scalar) is one of its constants.
+
+        A batch of another kind (text-only on a graph traced with images, a padded mask on one traced
+        without) needs its own trace (:class:`~patcher.partition.SubgraphPaths`); one of this kind is
+        checked value by value by :meth:`check_model_inputs` (a constant with another value, an input
+        of another rank)."""
+        given = {name for name, value in inputs.items() if not is_trace_constant(value)}
+        return given == set(self.tensor_inputs) and all(
+            name in self.constants for name, value in inputs.items() if is_trace_constant(value))
+
+    def kind(self) -> str:
+        """The inputs the graph reads, as messages name a kind of batch."""
+        return input_kind(self.tensor_inputs)
+
     def check_model_inputs(self, inputs: Mapping[str, Any], where: str, fix: str | None = None) -> None:
         """Inputs of a whole-model run (``run_subgraphs``, ``TracedGraph.forward``). ``fix`` replaces
         what the error of an input too many or too few says to do, where the caller knows better

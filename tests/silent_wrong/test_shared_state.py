@@ -23,12 +23,13 @@ import torch
 import transformers
 from torch import nn
 
-from patcher import DEFAULT_IGNORE, SharedStateError, load_traceable, run_subgraphs, trace_graph, trace_subgraphs
+from patcher import SharedStateError, load_traceable, run_subgraphs, trace_graph, trace_subgraphs
 from patcher.coverage import shrink_config
 from patcher.coverage.sweep_samples import coverage_text_sample
 from patcher.models import random_model
 from patcher.samples import multimodal_sample
 from patcher.verify import run_eagerly
+from versions import class_param
 
 
 def run_layer_by_layer(model, subgraphs, batches, *, copying: bool):
@@ -70,36 +71,41 @@ def _mistral_large4_sharing(config):
     return config
 
 
-#: Gemma 4's `_maybe_slice_kv_shared_inputs` fails to trace once a config shares KV (a branch on
-#: flags and shapes the patcher wraps whole, whose `can_optimize` result is then branched on): a
-#: loud failure of its own, kept opaque here as its message advises.
-_GEMMA4_IGNORE = [*DEFAULT_IGNORE, "_maybe_slice_kv_shared_inputs"]
 
-#: class -> (what makes its tiny config share KV, the decoder layer class, ignore)
+#: class name -> (what makes its tiny config share KV, the decoder layer class)
 KV_SHARING = {
-    transformers.Gemma3nForCausalLM: (None, "Gemma3nTextDecoderLayer", None),  # the tiny config shares
-    transformers.Gemma4ForCausalLM: (_gemma4_sharing, "Gemma4TextDecoderLayer", _GEMMA4_IGNORE),
-    transformers.Gemma4ForConditionalGeneration: (_gemma4_sharing, "Gemma4TextDecoderLayer", _GEMMA4_IGNORE),
-    transformers.Gemma4UnifiedForCausalLM: (_gemma4_sharing, "Gemma4UnifiedTextDecoderLayer", _GEMMA4_IGNORE),
-    transformers.MistralLarge4ForConditionalGeneration: (_mistral_large4_sharing, "MistralLarge4TextDecoderLayer",
-                                                        None),
+    "Gemma3nForCausalLM": (None, "Gemma3nTextDecoderLayer"),  # the tiny config shares
+    "Gemma4ForCausalLM": (_gemma4_sharing, "Gemma4TextDecoderLayer"),
+    "Gemma4ForConditionalGeneration": (_gemma4_sharing, "Gemma4TextDecoderLayer"),
+    "Gemma4UnifiedForCausalLM": (_gemma4_sharing, "Gemma4UnifiedTextDecoderLayer"),
+    "MistralLarge4ForConditionalGeneration": (_mistral_large4_sharing, "MistralLarge4TextDecoderLayer"),
 }
 
 
-@pytest.mark.parametrize("model_class", list(KV_SHARING), ids=lambda cls: cls.__name__)
-def test_kv_sharing_layers_read_their_own_batch(model_class):
-    shares, layer, ignore = KV_SHARING[model_class]
+def _assert_shares_kv(text_config) -> None:
+    """The config really has layers that store keys and layers that reuse them (else the test proves
+    nothing): ``kv_sharing_modes`` where transformers has it (5.23 on), else the count of sharing layers."""
+    modes = getattr(text_config, "kv_sharing_modes", None)
+    if modes is not None:
+        assert "store" in modes and any(mode and mode.startswith("reuse") for mode in modes)
+    else:
+        assert 0 < text_config.num_kv_shared_layers < text_config.num_hidden_layers
+
+
+@pytest.mark.parametrize("name", [class_param(name) for name in KV_SHARING])
+def test_kv_sharing_layers_read_their_own_batch(name):
+    model_class = getattr(transformers, name)
+    shares, layer = KV_SHARING[name]
     config = shrink_config(model_class.config_class)
     config = shares(config) if shares else config
-    modes = config.get_text_config().kv_sharing_modes
-    assert "store" in modes and any(mode and mode.startswith("reuse") for mode in modes)
+    _assert_shares_kv(config.get_text_config())
     model = random_model(load_traceable(model_class), config, seed=0)
     # the same shapes, other tokens: another batch's keys fit, so nothing fails where they are read
     batches = [coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=2 * (seed == 0), seed=seed)
                for seed in range(3)]
     for batch in batches[1:]:
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-    subgraphs = trace_subgraphs(model, batches[0], [layer], ignore=ignore)
+    subgraphs = trace_subgraphs(model, batches[0], [layer], )
     with torch.no_grad():
         expected = [run_eagerly(model, batch).logits for batch in batches]
         for copying in (False, True):
@@ -114,12 +120,13 @@ def test_kv_sharing_layers_read_their_own_batch(model_class):
 def test_kv_sharing_layers_read_their_own_batch_with_images():
     model_class = transformers.Gemma4ForConditionalGeneration
     config = _gemma4_sharing(shrink_config(model_class.config_class))
+    _assert_shares_kv(config.get_text_config())
     model = random_model(load_traceable(model_class), config, seed=0)
     batches = [multimodal_sample(config, batch_size=1, seq_len=8, model=model,
                                  generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
     assert "pixel_values" in batches[0]
     # Gemma 4 reads image positions from input_ids; the eager model ignores mm_token_type_ids too
-    subgraphs = trace_subgraphs(model, batches[0], ["Gemma4TextDecoderLayer"], ignore=_GEMMA4_IGNORE,
+    subgraphs = trace_subgraphs(model, batches[0], ["Gemma4TextDecoderLayer"],
                                 unused_inputs=["mm_token_type_ids"])
     with torch.no_grad():
         expected = [run_eagerly(model, batch).logits for batch in batches]
