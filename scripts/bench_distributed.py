@@ -155,13 +155,28 @@ def run(spec: dict, out: Path, ranks: int | None, threads: int) -> dict:
             "disk_offloaded_parameters": [r.get("disk_offloaded_parameters") for r in reports]}
 
 
-def _differing(reference: Path, weights: Path) -> int | None:
+def _differing(reference: Path, weights: Path) -> dict | None:
+    """How ``weights`` differ from ``reference``: the tensors, and of the quantized weights (those
+    with a ``weight_scale``: the dequantized values oneshot leaves), how many elements differ and by
+    how many quantization steps at most."""
     import torch
 
     if not reference.exists() or not weights.exists():
         return None
     one, other = torch.load(reference), torch.load(weights)
-    return sum(not torch.equal(one[key], other.get(key, torch.empty(0))) for key in one)
+    tensors = [key for key in one if not torch.equal(one[key], other.get(key, torch.empty(0)))]
+    elements, steps, total = 0, 0.0, 0
+    for key in one:
+        scale = one.get(key.removesuffix("weight") + "weight_scale") if key.endswith(".weight") else None
+        if scale is None:
+            continue
+        total += one[key].numel()
+        if key in tensors:
+            moved = (other[key] - one[key]).abs() / scale
+            elements += int((moved > 0).sum())
+            steps = max(steps, float(moved.max()))
+    return {"tensors": len(tensors), "quantized_weights_moved": elements, "quantized_weights": total,
+            "most_steps": round(steps, 3), "non_weight_tensors": [key for key in tensors if not key.endswith(".weight")]}
 
 
 def main() -> None:
@@ -203,8 +218,10 @@ def main() -> None:
             differ = _differing(folder / "memory-single" / "weights.pt", out / "weights.pt")
             result["tensors_differing_from_1_process"] = differ
             results.append(result)
-            verdict = "FAILED (see log)" if result["failed"] else (
-                "bit-identical" if differ == 0 else f"{differ} tensors differ")
+            verdict = "FAILED (see log)" if result["failed"] else "bit-identical" if differ and not differ["tensors"] \
+                else f"{differ['tensors']} tensors differ: {differ['quantized_weights_moved']} of " \
+                     f"{differ['quantized_weights']} quantized weights, by at most {differ['most_steps']} step(s); " \
+                     f"other tensors: {differ['non_weight_tensors'] or 'none'}"
             print(f"{load:8} {name:12} {threads:7} {result['wall_s']:7.1f} {result['oneshot_s']:9.1f} "
                   f"{result['peak_pss_mb']:11.0f} "
                   f"{str(result['peak_rss_mb_by_rank']):>20}  {verdict}", flush=True)
