@@ -1326,16 +1326,22 @@ RANK_CASES = {"llama": _llama_checkpoint, "qwen2_vl": _qwen2_vl_checkpoint}
 def rank_inputs(tmp_path_factory):
     """``case -> (spec, single-process weights)``: each checkpoint written and calibrated in one
     process once, for every test of the module that needs it."""
+    specs: dict = {}
     made: dict = {}
 
-    def inputs(case: str):
-        if case not in made:
+    def inputs(case: str, single: bool = True):
+        """``single=False``: the spec only (None for the weights), for a test that compares nothing."""
+        if case not in specs:
             folder = tmp_path_factory.mktemp(case)
-            spec = {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0], [1]]}
-            single = run_ranks(spec, folder / "single", ranks=None)
-            assert "error" not in single[0], single[0].get("traceback")
-            made[case] = spec, torch.load(folder / "single" / "weights.pt")
-        return made[case]
+            specs[case] = folder, {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0], [1]]}
+        folder, spec = specs[case]
+        if not single:
+            return spec, made.get(case)
+        if case not in made:
+            reports = run_ranks(spec, folder / "single", ranks=None)
+            assert "error" not in reports[0], reports[0].get("traceback")
+            made[case] = torch.load(folder / "single" / "weights.pt")
+        return spec, made[case]
 
     return inputs
 
@@ -1368,7 +1374,7 @@ def _batch_fingerprint(batch: dict) -> str:
 
 
 @pytest.mark.parametrize("case, load", [
-    pytest.param("llama", "memory", id="llama-memory"),
+    pytest.param("llama", "memory", id="llama-memory", marks=pytest.mark.slow),
     pytest.param("llama", "offload", id="llama-offload"),
     pytest.param("qwen2_vl", "memory", id="qwen2_vl-memory", marks=pytest.mark.slow),
     pytest.param("qwen2_vl", "offload", id="qwen2_vl-offload", marks=pytest.mark.slow),
@@ -1413,7 +1419,7 @@ def test_a_batch_one_rank_refuses_stops_every_rank(rank_1, rank_inputs, tmp_path
     before any weight changes,
     and both errors name rank 1 and the batch. A rank that refused alone left the other waiting in
     the first reduction of a layer until the process group timed out."""
-    spec, _ = rank_inputs("llama")
+    spec, _ = rank_inputs("llama", single=False)
     batches = [{**batch, "logits_to_keep": 2 if index == 3 else 1} for index, batch in
                enumerate(torch.load(spec["batches"]))]
     torch.save(batches, tmp_path / "batches.pt")
@@ -1438,7 +1444,7 @@ def test_a_dataset_split_across_ranks_calibrates_each_ranks_rows(rank_inputs, tm
     one a rank, for the reason of test_two_ranks_quantize_as_one_process."""
     from datasets import Dataset
 
-    spec, _ = rank_inputs("llama")
+    spec, _ = rank_inputs("llama", single=False)
     generator = torch.Generator().manual_seed(3)
     lengths = [7, 5]  # each row its own batch (llm-compressor's batch size 1)
     rows = [torch.randint(0, 64, (length,), generator=generator).tolist() for length in lengths]
@@ -1459,7 +1465,7 @@ def test_ranks_tracing_other_graphs_are_refused(rank_inputs, tmp_path):
     """Rank 1 given another sequential_targets_per_subgraph than rank 0 traces another partition
     of the same model: both ranks raise RankMismatchError naming the difference and the fix, where
     they would have reduced the Hessians of different modules (or waited for each other forever)."""
-    spec, _ = rank_inputs("llama")
+    spec, _ = rank_inputs("llama", single=False)
     spec = {**spec, "oneshot_args_by_rank": {"1": {"sequential_targets_per_subgraph": 2}}}
     for report in run_ranks(spec, tmp_path / "ranks"):
         assert report.get("error_type") == "RankMismatchError", report.get("traceback", report)
@@ -1474,7 +1480,7 @@ def test_a_rank_of_text_only_batches_calibrates_as_one_process(rank_inputs, tmp_
     rank traces the paths of its own batches' kinds (rank 1 never traces the image path, and its
     subgraph 0 calls no vision module), the modifiers are handed the same modules on both ranks, and
     the language model's quantized weights equal one process's on both batches, bit for bit."""
-    spec, _ = rank_inputs("qwen2_vl")
+    spec, _ = rank_inputs("qwen2_vl", single=False)
     spec = {**spec, "rank_batches": [[0], [4]]}
     single = run_ranks(spec, tmp_path / "single", ranks=None)
     assert "error" not in single[0], single[0]["traceback"]
@@ -1495,7 +1501,7 @@ def test_vision_modules_calibrated_on_one_rank_only_are_refused(rank_inputs, tmp
     batch only, and rank 1, with no Hessian of them, would reduce other modules' Hessians with rank
     0's (or both wait forever). Both ranks raise RankMismatchError naming a vision module, rank 1 and
     the fix, before any weight changes."""
-    spec, _ = rank_inputs("qwen2_vl")
+    spec, _ = rank_inputs("qwen2_vl", single=False)
     spec = {**spec, "rank_batches": [[0], [4]], "recipe_targets": "Linear", "recipe_ignore": ["lm_head"]}
     reports = run_ranks(spec, tmp_path / "ranks")
     for report in reports:
@@ -1504,6 +1510,24 @@ def test_vision_modules_calibrated_on_one_rank_only_are_refused(rank_inputs, tmp
         assert "on rank(s) 0 of 2, but none of rank 1's batches runs them" in report["error"], report["error"]
         assert "Fix: give every rank batches of every kind" in report["error"]
         assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+
+
+@pytest.mark.slow
+def test_a_path_one_rank_refuses_stops_every_rank(rank_inputs, tmp_path):
+    """With the vision tower's blocks as sequential targets, rank 1's text-only batch needs a path
+    of its own that runs other targets than rank 0's image path (PathMismatchError, raised on rank 1
+    only as it traces that path): both ranks raise it, naming rank 1's batch, before any weight
+    changes. Raised on rank 1 alone, rank 0 waited for it until the process group timed out."""
+    spec, _ = rank_inputs("qwen2_vl", single=False)
+    targets = [*recipe("qwen2_vl").vision_targets, *spec["sequential_targets"]]
+    reports = run_ranks({**spec, "rank_batches": [[0], [4]], "sequential_targets": targets}, tmp_path / "ranks")
+    for report in reports:
+        assert report.get("error_type") == "PathMismatchError", report.get("traceback", report)
+        assert "rank 1 of 2, calibration batch 0 (dataset row 0) has inputs 'input_ids', 'attention_mask', another " \
+               "kind than the batches before it" in report["error"], report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+    assert "rank 1 of 2 refused calibration batches, so no rank calibrates (this rank's batches fit: rank 0)" \
+        in reports[0]["error"]
 
 
 def test_guide_distributed_example_runs(tmp_path):

@@ -39,9 +39,10 @@ input of each batch as well (its ``input_names`` is a :class:`~patcher.partition
 and refuses such an input itself.
 
 Distributed ``oneshot`` (``torchrun --nproc_per_node N``, every rank inside the block): every rank
-traces on rank 0's first batch and checks its own batches against that graph, every rank raises
-when any rank refuses a batch, and each layer's quantized weights are written by every rank before
-any rank reads them (:mod:`patcher.integrations.llmcompressor_ranks`).
+traces path 0 on rank 0's first batch and routes and checks its own batches, every rank raises
+when any rank refuses a batch or calibrates a module another rank never runs, the modifiers get the
+same modules per subgraph on every rank, and each layer's quantized weights are written by every
+rank before any rank reads them (:mod:`patcher.integrations.llmcompressor_ranks`).
 
 Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are internals of its
 ``llmcompressor.pipelines.sequential.pipeline`` module, checked on entry, and the collator maker of
@@ -548,9 +549,6 @@ class _Session:
         targets_per_subgraph)``, on tracezoo's tracer; traced in the context the pipeline runs
         the subgraphs in (eager attention, no cache, eval mode), like llm-compressor's own. The
         subgraphs of another kind of batch are traced as the cache meets the first of its kind."""
-        if isinstance(sample_input, _MixedBatch):
-            raise sample_input.error("the first calibration batch (the pipeline traces the model on it)")
-        warn_unmatched_recipe_ignores(model)
         # with several ranks, every rank traces on rank 0's first batch (llmcompressor_ranks.agreed_sample)
         sample = ranks.agreed_sample(sample_input, _first_batch_inputs, (MixedBatchError,))
         warn_unmatched_recipe_ignores(model)
@@ -797,8 +795,9 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     :func:`patcher.trace_subgraphs`); any other input that would not reach the graph's output is
     an error, never a silent drop. Inside the block, llm-compressor's registry of MoE experts
     finds tracezoo's rewritten copies of the classes it registers (:data:`EXPERTS_REGISTRY`).
-    Under ``torchrun``, every rank runs the block: the ranks trace one graph, agree on refused
-    batches, and wait for each other's quantized weights (:mod:`.llmcompressor_ranks`).
+    Under ``torchrun``, every rank runs the block: the ranks trace one first path, agree on refused
+    batches and on each subgraph's modules, and wait for each other's quantized weights
+    (:mod:`.llmcompressor_ranks`).
     Raises :class:`IntegrationError` when llm-compressor is missing or lacks what this replaces.
     Not re-entrant across threads: it patches the pipeline module, the registry and the collator maker.
 

@@ -8,17 +8,24 @@ modifiers reduce their statistics across ranks (GPTQ: each module's Hessian summ
 that quantizes it), each rank quantizes its share of the modules, and writes the weights back to
 the one copy. What this module adds, for :mod:`patcher.integrations.llmcompressor`:
 
-- **One graph on every rank.** The pipeline traces on the first batch each rank draws, and every
-  rank draws from its own share: the graphs could differ (a text-only first batch on one rank, an
-  image batch on another), and each rank would take batches that another refuses, calibrating
-  other modules than the others reduce. Rank 0's first batch is handed to every rank
-  (:func:`agreed_sample`), every rank traces on it (tracing is deterministic given the model class,
-  config and sample), and the graphs are compared (:func:`check_same_graphs`): every batch of
-  every rank is then checked against the graph a single process would have traced on that batch.
+- **One first path on every rank.** The pipeline traces on the first batch each rank draws, and
+  every rank draws from its own share: path 0 (the subgraphs the pipeline holds) could be another
+  kind of batch on each rank. Rank 0's first batch is handed to every rank (:func:`agreed_sample`),
+  every rank traces on it (tracing is deterministic given the model class, config and sample), and
+  the graphs are compared (:func:`check_same_graphs`).
+- **The same modules per subgraph on every rank** (:func:`same_modules_on_every_rank`). Each rank
+  routes its batches of other kinds to paths of their own, traced on the first of each kind it
+  meets (:class:`~patcher.partition.SubgraphPaths`): a rank of text-only batches never traces the
+  image path. Subgraph ``i`` runs the same sequential targets on every path, so every rank
+  calibrates the same layer per subgraph; but the modules it calls differ (the vision tower, in
+  subgraph 0 of the image path only). The modifiers are handed the union of every rank's, the same
+  list on every rank, and a module a modifier calibrates that runs on some ranks only is refused on
+  every rank: GPTQ reduces each calibrated module's Hessian from every rank, and a rank on which it
+  never ran has none.
 - **One answer to the batch check.** Each rank checks its own batches; a rank that refused them
   alone would leave the others waiting in the first reduction until the process group times out.
-  The ranks exchange what they found (:func:`agreed_error`), and every rank raises, naming the ranks
-  and dataset rows, before any weight changes.
+  The ranks exchange what they found (:func:`agreed_error`; also a failed trace of a new kind of
+  batch), and every rank raises, naming the ranks and dataset rows, before any weight changes.
 - **Weights written before they are read** (:func:`written_before_read`). After each layer, every
   rank writes the modules it quantized into the shared copy and goes on to run that layer again
   (to hand its outputs to the next layer), reading the modules the *other* ranks write. On a CPU
@@ -50,8 +57,8 @@ SAMPLER_MODULE = "llmcompressor.datasets.utils"
 
 
 class RankMismatchError(RuntimeError):
-    """The ranks of one distributed ``oneshot`` traced different graphs: they would calibrate and
-    reduce different modules."""
+    """The ranks of one distributed ``oneshot`` traced different graphs, or a module the recipe
+    calibrates runs on some ranks only: they would calibrate and reduce different modules."""
 
 
 def is_distributed() -> bool:
