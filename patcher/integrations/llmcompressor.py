@@ -38,6 +38,12 @@ that path's trace (:class:`~patcher.InputMismatchError`: ``logits_to_keep=2`` on
 input of each batch as well (its ``input_names`` is a :class:`~patcher.partition.BatchInputNames`),
 and refuses such an input itself.
 
+Distributed ``oneshot`` (``torchrun --nproc_per_node N``, every rank inside the block): every rank
+traces path 0 on rank 0's first batch and routes and checks its own batches, every rank raises
+when any rank refuses a batch or calibrates a module another rank never runs, the modifiers get the
+same modules per subgraph on every rank, and each layer's quantized weights are written by every
+rank before any rank reads them (:mod:`patcher.integrations.llmcompressor_ranks`).
+
 Tested with llmcompressor 0.14.0.1 (transformers 5.17.0): the patched names are internals of its
 ``llmcompressor.pipelines.sequential.pipeline`` module, checked on entry, and the collator maker of
 ``llmcompressor.datasets.utils`` (:data:`COLLATE_MODULE`), wrapped where it is there.
@@ -59,9 +65,12 @@ from ..partition import BatchInputNames, Partition, SubgraphPaths, trace_subgrap
 from ..registry.ignore import DEFAULT_IGNORE
 from ..trace.errors import InputMismatchError, TracingError
 from ..trace.record import input_kind
+from . import llmcompressor_ranks as ranks
 
 #: The module whose names the pipeline reads at call time (``from ... import trace_subgraphs``).
 PIPELINE_MODULE = "llmcompressor.pipelines.sequential.pipeline"
+#: The names of the pipeline module that ``tracezoo_tracing`` replaces inside its block.
+PATCHED = ("trace_subgraphs", "IntermediatesCache", "LifecycleCallbacks")
 #: Batch keys the pipeline itself reads from its cache and never passes to the model.
 PIPELINE_KEYS = frozenset({"loss_mask"})
 #: The llm-compressor release the integration is tested with.
@@ -103,7 +112,7 @@ def _pipeline_module():
         raise IntegrationError(
             f"tracezoo_tracing needs llm-compressor ({exc}); install it (tested: llmcompressor=={TESTED_VERSION}, "
             "see GUIDE.md, 'Using tracezoo in llm-compressor')") from exc
-    missing = [name for name in ("trace_subgraphs", "IntermediatesCache") if not hasattr(module, name)]
+    missing = [name for name in PATCHED if not hasattr(module, name)]
     if missing:
         raise IntegrationError(
             f"{PIPELINE_MODULE} has no {', '.join(missing)}: this llm-compressor release runs its sequential "
@@ -135,6 +144,8 @@ def _pipeline_subgraph_class():
 
         source: Any = None  # the list trace_subgraphs returned: a SubgraphPaths or a plain list
         index: int = 0
+        # with several ranks: the modules subgraph ``index`` calls on any rank (Session.agree_modules)
+        modules_of_every_rank: list[str] | None = None
 
         def forward(self, *args, **kwargs) -> dict[str, Any]:
             paths = _paths(self.source)
@@ -149,9 +160,10 @@ def _pipeline_subgraph_class():
             return paths[path][self.index].forward(*args, **kwargs)
 
         def submodules(self, model: nn.Module, recurse: bool = True) -> list[nn.Module]:
-            # llm-compressor's own reads self.graph, the first path's only
-            nodes = [node for path in _paths(self.source) for node in path[self.index].graph.find_nodes(op="call_module")]
-            modules = list(dict.fromkeys(model.get_submodule(node.target) for node in nodes))
+            # llm-compressor's own reads self.graph, the first path's only; with several ranks, the
+            # modifiers are handed the same list on every rank (their reductions go module by module)
+            names = self.modules_of_every_rank or _called_modules(_paths(self.source), self.index)
+            modules = list(dict.fromkeys(model.get_submodule(name) for name in names))
             if not recurse:
                 return modules
             return list(dict.fromkeys(inner for module in modules for inner in module.modules()))
@@ -161,6 +173,18 @@ def _pipeline_subgraph_class():
 
 def _paths(subgraphs) -> list[Partition]:
     return subgraphs.paths if isinstance(subgraphs, SubgraphPaths) else [Partition.of(subgraphs)]
+
+
+def _called_modules(paths: list[list[Subgraph]], index: int) -> list[str]:
+    """The modules subgraph ``index`` of any of ``paths`` calls, in the order of the paths."""
+    return list(dict.fromkeys(str(node.target) for path in paths
+                              for node in path[index].graph.find_nodes(op="call_module")))
+
+
+def _first_batch_inputs(sample_input) -> dict[str, Any]:
+    if isinstance(sample_input, _MixedBatch):
+        raise sample_input.error("the first calibration batch (the pipeline traces the model on it)")
+    return model_inputs(sample_input)
 
 
 def _kinds(paths: list[Partition]) -> list[str]:
@@ -400,9 +424,10 @@ class _CheckedBatches:
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
         rows = _BatchRows(self._dataloader)
         failures: list[tuple[int, InputMismatchError]] = []
+        fatal: Exception | None = None
         with rows.recording(), _collator_checked(self._dataloader):
             for index, batch in enumerate(self._dataloader):
-                where = rows.where(index)
+                where = ranks.where_prefix() + rows.where(index)
                 try:
                     if isinstance(batch, _MixedBatch):
                         raise batch.error(where, rows.rows(index))
@@ -410,10 +435,22 @@ class _CheckedBatches:
                 except InputMismatchError as error:
                     failures.append((index, error))
                     continue
+                except Exception as error:
+                    # a new kind's trace failed, or its path runs other targets (PathMismatchError):
+                    # with several ranks, the others still learn it (below), or they would wait for
+                    # this one in their first reduction until the process group timed out
+                    if not ranks.is_distributed():
+                        raise
+                    fatal = error
+                    break
                 if not failures:
                     yield {**batch, PATH_KEY: path}
-        if failures:
-            raise _summary(failures, rows, len(self._dataloader)) from failures[0][1]
+        error = fatal or (_summary(failures, rows, len(self._dataloader)) if failures else None)
+        # with several ranks, every rank raises or none does (llmcompressor_ranks.agreed_error)
+        error = ranks.agreed_error(error, (MixedBatchError, PathMismatchError))
+        if error is not None:
+            raise error from (failures[0][1] if failures and fatal is None else None)
+        self._session.agree_modules()
 
 
 def check_aligned(paths: list[Partition], index: int, where: str) -> None:
@@ -485,6 +522,8 @@ class _Session:
         self.unused_inputs = tuple([unused_inputs] if isinstance(unused_inputs, str) else unused_inputs)
         self.paths: SubgraphPaths | None = None
         self.model: nn.Module | None = None
+        self.pipeline_subgraphs: list = []
+        self.routed: set[int] = set()  # the paths this process's batches run on
 
     @contextlib.contextmanager
     def _tracing_context(self, model: nn.Module) -> Iterator[None]:
@@ -503,14 +542,16 @@ class _Session:
         targets_per_subgraph)``, on tracezoo's tracer; traced in the context the pipeline runs
         the subgraphs in (eager attention, no cache, eval mode), like llm-compressor's own. The
         subgraphs of another kind of batch are traced as the cache meets the first of its kind."""
-        if isinstance(sample_input, _MixedBatch):
-            raise sample_input.error("the first calibration batch (the pipeline traces the model on it)")
+        # with several ranks, every rank traces on rank 0's first batch (llmcompressor_ranks.agreed_sample)
+        sample = ranks.agreed_sample(sample_input, _first_batch_inputs, (MixedBatchError,))
         warn_unmatched_recipe_ignores(model)
         with self._tracing_context(model):
-            paths = trace_subgraphs(model, _on_device(model_inputs(sample_input), model), sequential_targets,
+            paths = trace_subgraphs(model, _on_device(sample, model), sequential_targets,
                                     tracezoo_ignore(ignore), targets_per_subgraph, self.unused_inputs)
-        self.paths, self.model = paths, model
-        return to_pipeline_subgraphs(paths)
+        ranks.check_same_graphs(paths, type(model).__name__)
+        self.paths, self.model, self.routed = paths, model, set()
+        self.pipeline_subgraphs = to_pipeline_subgraphs(paths)
+        return self.pipeline_subgraphs
 
     def route(self, batch: Mapping[str, Any], where: str) -> int:
         """The index of ``batch``'s path, traced on it if it is the first of its kind; raises for a
@@ -522,7 +563,22 @@ class _Session:
                 index = self.paths.trace_path(self.model, _on_device(inputs, self.model), where)
             check_aligned(self.paths.paths, index, where)
         self.paths.paths[index].check_batch(inputs, where)
+        self.routed.add(index)
         return index
+
+    def agree_modules(self) -> None:
+        """With several ranks, once each routed its batches: every pipeline subgraph's ``submodules``
+        are those subgraph ``i`` calls on any rank, the same list on every rank, or every rank raises
+        where a module the modifiers calibrate runs on some ranks only
+        (:func:`~.llmcompressor_ranks.same_modules_on_every_rank`)."""
+        # the paths this rank's batches run on: rank 0's first kind is traced on every rank, and runs
+        # on those that have batches of it
+        paths = [path for index, path in enumerate(_paths(self.paths)) if index in self.routed]
+        called = [_called_modules(paths, index) for index in range(len(self.paths))]
+        agreed = ranks.same_modules_on_every_rank(self.model, called, _kinds(paths))
+        if agreed is not None:
+            for subgraph, modules in zip(self.pipeline_subgraphs, agreed):
+                subgraph.modules_of_every_rank = modules
 
     def cache_class(self):
         session = self
@@ -732,6 +788,9 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     :func:`patcher.trace_subgraphs`); any other input that would not reach the graph's output is
     an error, never a silent drop. Inside the block, llm-compressor's registry of MoE experts
     finds tracezoo's rewritten copies of the classes it registers (:data:`EXPERTS_REGISTRY`).
+    Under ``torchrun``, every rank runs the block: the ranks trace one first path, agree on refused
+    batches and on each subgraph's modules, and wait for each other's quantized weights
+    (:mod:`.llmcompressor_ranks`).
     Raises :class:`IntegrationError` when llm-compressor is missing or lacks what this replaces.
     Not re-entrant across threads: it patches the pipeline module, the registry and the collator maker.
 
@@ -740,11 +799,12 @@ def tracezoo_tracing(unused_inputs: Iterable[str] = ()):
     """
     module = _pipeline_module()
     session = _Session(module, unused_inputs)
-    saved = {name: getattr(module, name) for name in ("trace_subgraphs", "IntermediatesCache")}
+    saved = {name: getattr(module, name) for name in PATCHED}
     module.trace_subgraphs = session.trace_subgraphs
     module.IntermediatesCache = session.cache_class()
+    module.LifecycleCallbacks = ranks.written_before_read(saved["LifecycleCallbacks"])
     try:
-        with _registries_find_copies(), _collators_check_kinds():
+        with _registries_find_copies(), _collators_check_kinds(), ranks.rows_of_each_rank():
             yield session
     finally:
         for name, value in saved.items():

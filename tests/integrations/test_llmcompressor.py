@@ -43,6 +43,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 import torch
@@ -1265,3 +1266,286 @@ def test_an_experts_registry_of_another_shape_is_refused(monkeypatch):
         with tracezoo_tracing():
             pass
     assert pipeline.trace_subgraphs is before
+
+
+# --- Distributed oneshot: torchrun ranks on the CPU (gloo) -------------------------------------------------------------
+#
+# Each run is tests/integrations/llmcompressor_ranks.py in its own processes: `torchrun --standalone --nproc_per_node 2` (a free
+# port, so a run beside another cannot collide), or plain python for the single-process run it is held to. The
+# model is a tiny checkpoint written with save_pretrained and loaded by every rank, in memory or through
+# compressed-tensors' load_offloaded_model(device_map="auto_offload") with the weights on disk.
+
+RANKS_SCRIPT = Path(__file__).with_name("llmcompressor_ranks.py")
+#: Seconds one run of the ranks may take before it counts as hung (a rank waiting for another that left).
+RANKS_TIMEOUT = 300
+
+
+def _llama_checkpoint(folder: Path) -> dict:
+    """A tiny LlamaForCausalLM (3 layers) and six text batches: 0-3 with an attention mask (0 and 2
+    left-padded), 4 and 5 without one."""
+    model, _, targets = _text_case("LlamaForCausalLM", "LlamaConfig", plain=True)
+    model.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for size, length, padding in ((2, 7, 2), (3, 5, 0), (2, 6, 1), (1, 8, 0), (2, 5, 0), (1, 6, 0)):
+        batch = {"input_ids": torch.randint(0, 64, (size, length), generator=generator)}
+        if len(batches) < 4:
+            batch["attention_mask"] = torch.ones(size, length, dtype=torch.long)
+            batch["attention_mask"][0, :padding] = 0
+        batches.append(batch)
+    torch.save(batches, folder / "batches.pt")
+    return {"checkpoint": str(folder), "model_class": "transformers:LlamaForCausalLM",
+            "batches": str(folder / "batches.pt"), "recipe_targets": "re:.*_proj", "sequential_targets": targets}
+
+
+def _qwen2_vl_checkpoint(folder: Path) -> dict:
+    """The zoo's tiny Qwen2-VL (2 text layers, a vision tower), four batches with images, of two
+    layouts (one or two images a row, another size, left padding), and two text-only batches."""
+    spec = recipe("qwen2_vl")
+    model, _, targets = _zoo_case("qwen2_vl")
+    model.save_pretrained(folder)
+    batches = [spec.build_sample(model.config, batch_size=size, seq_len=length, num_images=images,
+                                 left_padding=padding, generator=torch.Generator().manual_seed(seed))
+               for seed, (size, length, images, padding) in enumerate(((2, 5, 1, 1), (1, 9, 2, 0), (1, 6, 1, 0),
+                                                                       (2, 7, 1, 0)))]
+    for seed, (size, length) in enumerate(((2, 6), (1, 8)), start=4):  # 4 and 5: text-only, no image tokens
+        text = spec.build_sample(model.config, multimodal=False, batch_size=size, seq_len=length,
+                                 generator=torch.Generator().manual_seed(seed))
+        text["input_ids"] = torch.where(text["input_ids"] == model.config.image_token_id, 1, text["input_ids"])
+        batches.append(text)
+    torch.save(batches, folder / "batches.pt")
+    return {"checkpoint": str(folder), "model_class": f"zoo:{ZOO_CLASSES['qwen2_vl']}",
+            "batches": str(folder / "batches.pt"), "recipe_targets": "re:.*language_model.*_proj",
+            "sequential_targets": targets}
+
+
+RANK_CASES = {"llama": _llama_checkpoint, "qwen2_vl": _qwen2_vl_checkpoint}
+
+
+@pytest.fixture(scope="module")
+def rank_inputs(tmp_path_factory):
+    """``case -> (spec, single-process weights)``: each checkpoint written and calibrated in one
+    process once, for every test of the module that needs it."""
+    specs: dict = {}
+    made: dict = {}
+
+    def inputs(case: str, single: bool = True):
+        """``single=False``: the spec only (None for the weights), for a test that compares nothing."""
+        if case not in specs:
+            folder = tmp_path_factory.mktemp(case)
+            specs[case] = folder, {**RANK_CASES[case](folder / "checkpoint"), "rank_batches": [[0], [1]]}
+        folder, spec = specs[case]
+        if not single:
+            return spec, made.get(case)
+        if case not in made:
+            reports = run_ranks(spec, folder / "single", ranks=None)
+            assert "error" not in reports[0], reports[0].get("traceback")
+            made[case] = torch.load(folder / "single" / "weights.pt")
+        return spec, made[case]
+
+    return inputs
+
+
+def run_ranks(spec: dict, out: Path, ranks: int | None = 2) -> list[dict]:
+    """Run tests/integrations/llmcompressor_ranks.py on ``ranks`` torchrun ranks (None: one plain process);
+    every rank's report, by rank."""
+    import json
+    import subprocess
+    import sys
+
+    from child_env import child_env
+
+    out.mkdir(parents=True)
+    spec = {**spec, "out": str(out), "offload_folder": str(out / "offload")}
+    (out / "spec.json").write_text(json.dumps(spec))
+    launcher = [] if ranks is None else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    done = subprocess.run([sys.executable, *launcher, str(RANKS_SCRIPT), str(out / "spec.json")], env=child_env(),
+                          capture_output=True, text=True, timeout=RANKS_TIMEOUT)
+    reports = sorted(out.glob("report-*.json"))
+    assert done.returncode == 0 and len(reports) == (ranks or 1), \
+        f"exit status {done.returncode}, {len(reports)} reports:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return [json.loads(report.read_text()) for report in reports]
+
+
+def _batch_fingerprint(batch: dict) -> str:
+    from llmcompressor_ranks import _fingerprint
+
+    return _fingerprint(batch)
+
+
+@pytest.mark.parametrize("case, load", [
+    pytest.param("llama", "memory", id="llama-memory", marks=pytest.mark.slow),
+    pytest.param("llama", "offload", id="llama-offload"),
+    pytest.param("qwen2_vl", "memory", id="qwen2_vl-memory", marks=pytest.mark.slow),
+    pytest.param("qwen2_vl", "offload", id="qwen2_vl-offload", marks=pytest.mark.slow),
+])
+def test_two_ranks_quantize_as_one_process(case, load, rank_inputs, tmp_path):
+    """GPTQ W8A8 on two ranks, one batch each, equals one process on the two: every weight, scale
+    and zero point bit-identical. One batch a rank, so that the Hessians are the same sums: one
+    process adds the batches' contributions one after another, the ranks each sum their own and the
+    reduction adds those, which with more batches a rank rounds differently in the last bits (and
+    may move a weight by one quantization step; GUIDE.md, "Distributed oneshot").
+
+    Rank 1 writes its quantized weights half a second late, as a slower rank would: each rank then
+    runs the layer again to hand its outputs on, reading the other rank's modules, and without
+    waiting for them it read weights not yet quantized (the next layer calibrated on other inputs,
+    and rank 0 saved a last layer with rank 1's uninitialized scales). With the weights on disk,
+    a rank's copy of a module another rank quantized, kept from the calibration pass, was stale
+    (one weight of the Qwen2-VL's last layer off by a quantization step). Every rank traces on rank
+    0's first batch, not its own, and reads no weight while tracing (the disk-offloaded weights stay
+    on disk)."""
+    spec, single = rank_inputs(case)
+    reports = run_ranks({**spec, "load": load, "slow_rank": 1, "slow_seconds": 0.5}, tmp_path / "ranks")
+    batches = torch.load(spec["batches"])
+    for report in reports:
+        assert "error" not in report, report["traceback"]
+        assert report["traced_on"] == [_batch_fingerprint(batches[spec["rank_batches"][0][0]])], report["rank"]
+        assert report["onloads_while_tracing"] == {}, report["rank"]
+        if load == "offload":
+            assert report["disk_offloaded_parameters"] > 0, "nothing was offloaded to disk"
+    weights = torch.load(tmp_path / "ranks" / "weights.pt")
+    assert weights.keys() == single.keys()
+    for key, value in single.items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("rank_1", [
+    pytest.param([3, 2], id="first-batch-of-rank-1"),
+    pytest.param([2, 3], id="second-batch-of-rank-1", marks=pytest.mark.slow),
+])
+def test_a_batch_one_rank_refuses_stops_every_rank(rank_1, rank_inputs, tmp_path):
+    """Rank 1's batch 3 with logits_to_keep=2, where the graph was traced (on rank 0's first batch,
+    of the same kind: a mask) with logits_to_keep=1, a constant of the trace: refused on both ranks,
+    before any weight changes,
+    and both errors name rank 1 and the batch. A rank that refused alone left the other waiting in
+    the first reduction of a layer until the process group timed out."""
+    spec, _ = rank_inputs("llama", single=False)
+    batches = [{**batch, "logits_to_keep": 2 if index == 3 else 1} for index, batch in
+               enumerate(torch.load(spec["batches"]))]
+    torch.save(batches, tmp_path / "batches.pt")
+    reports = run_ranks({**spec, "batches": str(tmp_path / "batches.pt"), "rank_batches": [[0, 1], rank_1]},
+                        tmp_path / "ranks")
+    refused = rank_1.index(3)
+    for report in reports:
+        assert report.get("error_type") == "InputMismatchError", report.get("traceback", report)
+        assert f"rank 1 of 2, calibration batch {refused} (dataset row {refused}): logits_to_keep is 2, but the " \
+               "graph was traced with logits_to_keep=1" in report["error"], report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+    assert "rank 1 of 2 refused calibration batches, so no rank calibrates (this rank's batches fit: rank 0)" \
+        in reports[0]["error"]
+
+
+@pytest.mark.slow
+def test_a_dataset_split_across_ranks_calibrates_each_ranks_rows(rank_inputs, tmp_path):
+    """The same datasets.Dataset on both ranks: llm-compressor splits it, row 0 for rank 0 and row 1
+    for rank 1, and the quantized model equals one process's on both rows. llm-compressor 0.14.0.1
+    built each rank's sampler on its share but read the whole dataset with it, so both ranks
+    calibrated on row 0 (with 8 rows: rows 0-3, and 4-7 on none) and the weights differed. Two rows,
+    one a rank, for the reason of test_two_ranks_quantize_as_one_process."""
+    from datasets import Dataset
+
+    spec, _ = rank_inputs("llama", single=False)
+    generator = torch.Generator().manual_seed(3)
+    lengths = [7, 5]  # each row its own batch (llm-compressor's batch size 1)
+    rows = [torch.randint(0, 64, (length,), generator=generator).tolist() for length in lengths]
+    Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]}).save_to_disk(
+        tmp_path / "rows")
+    spec = {**spec, "dataset": str(tmp_path / "rows")}
+    single = run_ranks(spec, tmp_path / "single", ranks=None)
+    assert "error" not in single[0], single[0]["traceback"]
+    for report in run_ranks(spec, tmp_path / "ranks"):
+        assert "error" not in report, report["traceback"]
+    one, two = (torch.load(tmp_path / run / "weights.pt") for run in ("single", "ranks"))
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.slow
+def test_ranks_tracing_other_graphs_are_refused(rank_inputs, tmp_path):
+    """Rank 1 given another sequential_targets_per_subgraph than rank 0 traces another partition
+    of the same model: both ranks raise RankMismatchError naming the difference and the fix, where
+    they would have reduced the Hessians of different modules (or waited for each other forever)."""
+    spec, _ = rank_inputs("llama", single=False)
+    spec = {**spec, "oneshot_args_by_rank": {"1": {"sequential_targets_per_subgraph": 2}}}
+    for report in run_ranks(spec, tmp_path / "ranks"):
+        assert report.get("error_type") == "RankMismatchError", report.get("traceback", report)
+        assert "rank 1 of 2 traced LlamaForCausalLM into another graph than rank 0 (3 subgraphs, rank 0 4; " \
+               "subgraph 0 differs)" in report["error"]
+        assert report["unchanged"]
+
+
+@pytest.mark.slow
+def test_a_rank_of_text_only_batches_calibrates_as_one_process(rank_inputs, tmp_path):
+    """Batches of two kinds split so that rank 0 has an image batch and rank 1 a text-only one: each
+    rank traces the paths of its own batches' kinds (rank 1 never traces the image path, and its
+    subgraph 0 calls no vision module), the modifiers are handed the same modules on both ranks, and
+    the language model's quantized weights equal one process's on both batches, bit for bit."""
+    spec, _ = rank_inputs("qwen2_vl", single=False)
+    spec = {**spec, "rank_batches": [[0], [4]]}
+    single = run_ranks(spec, tmp_path / "single", ranks=None)
+    assert "error" not in single[0], single[0]["traceback"]
+    assert single[0]["path_kinds"] == 2, single[0]
+    reports = run_ranks(spec, tmp_path / "ranks")
+    for report in reports:
+        assert "error" not in report, report["traceback"]
+    # rank 0: its image batch's path; rank 1: that one too (traced on rank 0's first batch), and its text path
+    assert [report["path_kinds"] for report in reports] == [1, 2]
+    one, two = (torch.load(tmp_path / run / "weights.pt") for run in ("single", "ranks"))
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        torch.testing.assert_close(two[key], value, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+
+
+def test_vision_modules_calibrated_on_one_rank_only_are_refused(rank_inputs, tmp_path):
+    """The same split, with the vision tower's linears in the recipe: they run for rank 0's image
+    batch only, and rank 1, with no Hessian of them, would reduce other modules' Hessians with rank
+    0's (or both wait forever). Both ranks raise RankMismatchError naming a vision module, rank 1 and
+    the fix, before any weight changes."""
+    spec, _ = rank_inputs("qwen2_vl", single=False)
+    spec = {**spec, "rank_batches": [[0], [4]], "recipe_targets": "Linear", "recipe_ignore": ["lm_head"]}
+    reports = run_ranks(spec, tmp_path / "ranks")
+    for report in reports:
+        assert report.get("error_type") == "RankMismatchError", report.get("traceback", report)
+        assert "subgraph 0 calls" in report["error"] and "visual" in report["error"], report["error"]
+        assert "on rank(s) 0 of 2, but none of rank 1's batches runs them" in report["error"], report["error"]
+        assert "Fix: give every rank batches of every kind" in report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+
+
+@pytest.mark.slow
+def test_a_path_one_rank_refuses_stops_every_rank(rank_inputs, tmp_path):
+    """With the vision tower's blocks as sequential targets, rank 1's text-only batch needs a path
+    of its own that runs other targets than rank 0's image path (PathMismatchError, raised on rank 1
+    only as it traces that path): both ranks raise it, naming rank 1's batch, before any weight
+    changes. Raised on rank 1 alone, rank 0 waited for it until the process group timed out."""
+    spec, _ = rank_inputs("qwen2_vl", single=False)
+    targets = [*recipe("qwen2_vl").vision_targets, *spec["sequential_targets"]]
+    reports = run_ranks({**spec, "rank_batches": [[0], [4]], "sequential_targets": targets}, tmp_path / "ranks")
+    for report in reports:
+        assert report.get("error_type") == "PathMismatchError", report.get("traceback", report)
+        assert "rank 1 of 2, calibration batch 0 (dataset row 0) has inputs 'input_ids', 'attention_mask', another " \
+               "kind than the batches before it" in report["error"], report["error"]
+        assert report["unchanged"], f"rank {report['rank']} changed weights before refusing"
+    assert "rank 1 of 2 refused calibration batches, so no rank calibrates (this rank's batches fit: rank 0)" \
+        in reports[0]["error"]
+
+
+def test_guide_distributed_example_runs(tmp_path):
+    """GUIDE.md's torchrun script, as written, on two gloo ranks (the main environment's doc test
+    skips it): it quantizes and saves a compressed checkpoint."""
+    import json
+    import subprocess
+    import sys
+
+    from child_env import child_env
+
+    guide = (Path(__file__).resolve().parents[2] / "GUIDE.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    script = next(block for block in blocks if block.startswith("# quantize_ranks.py"))
+    (tmp_path / "quantize_ranks.py").write_text(script)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "quantize_ranks.py"], cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+                          timeout=RANKS_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-6000:]
+    config = json.loads((tmp_path / "tiny-llama-W8A8" / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
