@@ -1,0 +1,100 @@
+"""Work a trace does not redo: moved code's source is parsed once per function, not at every trace,
+and the state check after a trace compares only the modules tracing wrote to (issue 29 item 8:
+Qwen2-VL-2B traced slower than llm-compressor's tracer). Each test fails where the work is redone."""
+
+import functools
+import inspect
+
+import torch
+from torch import nn
+
+from patcher import trace_subgraphs
+from patcher.attempt import prepare_trace
+from patcher.trace import state
+from patcher.trace.moved_code import function_tree
+from patcher.trace.state import StateSnapshot
+
+
+def _moved_helper(module, x):
+    module.mode = "switched"
+    return x
+
+
+def _wrapper_of(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _counting_getsource(monkeypatch) -> list:
+    calls = []
+    original = inspect.getsource
+
+    def counted(obj):
+        calls.append(obj)
+        return original(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counted)
+    return calls
+
+
+def test_wrappers_of_one_function_share_its_parsed_definition(monkeypatch):
+    # opaque_calls wraps an ignored method anew at every trace: the wrapper's source is the function's
+    calls = _counting_getsource(monkeypatch)
+    first = function_tree(_wrapper_of(_moved_helper))
+    second = function_tree(_wrapper_of(_moved_helper))
+    assert first is second and first is function_tree(_moved_helper)
+    assert first.name == "_moved_helper"
+    assert len(calls) <= 1
+
+
+def test_a_second_trace_of_qwen2_vl_reads_no_source(monkeypatch):
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", multimodal_data=True)
+    first = trace_subgraphs(setup.model, setup.sample, setup.targets, setup.ignore)
+    calls = _counting_getsource(monkeypatch)
+    second = trace_subgraphs(setup.model, setup.sample, setup.targets, setup.ignore)
+    assert calls == []
+    assert [subgraph.graph.python_code("self").src for subgraph in second] == \
+        [subgraph.graph.python_code("self").src for subgraph in first]
+
+
+class _Writes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(2, 2)
+        self.other = nn.Linear(2, 2)
+        self.name = "first"
+        self.table = torch.zeros(3)
+
+
+def test_untouched_modules_are_not_compared_attribute_by_attribute(monkeypatch):
+    model = _Writes()
+    snapshot = StateSnapshot(model)
+    compared = []
+    original = state._same
+    monkeypatch.setattr(state, "_same", lambda old, new: compared.append((old, new)) or original(old, new))
+    model.inner.extra = 1  # one module written to
+    assert snapshot.changes(snapshot.names) == ["inner.extra: '<unset>' -> 1"]
+    assert compared  # `inner` was, attribute by attribute
+    assert {id(new) for _, new in compared} <= {id(value) for value in vars(model.inner).values()}
+    assert not any(new is model.table or new is model.other._parameters for _, new in compared)
+    snapshot.restore()
+    assert not hasattr(model.inner, "extra")
+
+
+def test_a_changed_attribute_is_found_and_restored_whatever_its_type():
+    model = _Writes()
+    name, table, child, bias = model.name, model.table, model.other, model.inner.bias
+    snapshot = StateSnapshot(model)
+    model.name = "".join(["fir", "st"])  # an equal string that is another object: no change
+    assert model.name is not name
+    model.table = torch.zeros(3)  # an equal tensor that is another object: a change, found without `==`
+    model.other = nn.Identity()
+    del model.inner.bias
+    found = snapshot.changes(snapshot.names)
+    assert [line.split(":")[0] for line in found] == ["table", "other"]
+    assert found[1] == "other: submodule replaced by Identity"
+    snapshot.restore()
+    assert model.name is name and model.table is table and model.other is child and model.inner.bias is bias
