@@ -98,3 +98,25 @@ def test_a_changed_attribute_is_found_and_restored_whatever_its_type():
     assert found[1] == "other: submodule replaced by Identity"
     snapshot.restore()
     assert model.name is name and model.table is table and model.other is child and model.inner.bias is bias
+
+
+def test_every_base_class_is_read_once_for_the_functions_an_ignore_entry_can_name():
+    from patcher.trace.opaque import _functions_and_methods
+
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct")
+    owners = [(id(owner), name) for owner, name, _, _ in _functions_and_methods(setup.model)]
+    assert len(owners) == len(set(owners))  # nn.Module's and PreTrainedModel's methods once, not once per class
+    found = {name for _, name, _, _ in _functions_and_methods(setup.model, {"get_rope_index", "no_such_name"})}
+    assert found == {"get_rope_index"}
+
+
+def test_hooks_are_copied_for_hooked_modules_only_and_all_put_back():
+    model = _Writes()
+    kept = model.inner.register_forward_hook(lambda module, args, output: output)
+    snapshot = StateSnapshot(model)
+    assert list(snapshot.hooks) == [model.inner]
+    model.other.register_forward_pre_hook(lambda module, args: None)  # added while tracing: removed
+    model.inner.register_forward_hook(lambda module, args, output: output)
+    snapshot.restore()
+    assert not model.other._forward_pre_hooks
+    assert list(model.inner._forward_hooks) == [kept.id]

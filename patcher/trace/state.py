@@ -54,8 +54,10 @@ class StateSnapshot:
         self._saved = {module: dict(vars(module)) for module in self.names}  # the slots too
         self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
         self.children = {module: dict(module._modules) for module in self.names}
-        self.hooks = {module: {attr: dict(getattr(module, attr)) for attr in _HOOK_DICTS if hasattr(module, attr)}
-                      for module in self.names}
+        # the hook dicts are instance attributes (nn.Module.__init__), read from the copy just taken;
+        # copied only for the modules that have a hook (most have none), the others' must stay empty
+        self.hooks = {module: {attr: dict(saved[attr]) for attr in _HOOK_DICTS if attr in saved}
+                      for module, saved in self._saved.items() if any(saved.get(attr) for attr in _HOOK_DICTS)}
         self.configs = _configs_of(self.names)
         self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
 
@@ -104,9 +106,12 @@ class StateSnapshot:
         for module in touched:
             module._modules.clear()
             module._modules.update(self.children[module])
-        for module, hooks in self.hooks.items():
-            for attr, entries in hooks.items():
-                current = getattr(module, attr)
+        for module, saved in self._saved.items():
+            hooks = self.hooks.get(module)
+            for attr in _HOOK_DICTS:
+                if attr not in saved:
+                    continue
+                current, entries = getattr(module, attr), hooks[attr] if hooks is not None else {}
                 if len(current) != len(entries):
                     current.clear()
                     current.update(entries)
