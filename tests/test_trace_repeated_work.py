@@ -120,3 +120,38 @@ def test_hooks_are_copied_for_hooked_modules_only_and_all_put_back():
     snapshot.restore()
     assert not model.other._forward_pre_hooks
     assert list(model.inner._forward_hooks) == [kept.id]
+
+
+class _Tied(nn.Module):
+    """A tied weight (two paths, one tensor), a parameter also registered as another module's buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(4, 2)
+        self.head = nn.Linear(2, 4, bias=False)
+        self.head.weight = self.embed.weight
+        self.norm = nn.LayerNorm(2)
+        self.other = nn.Module()
+        self.other.register_buffer("alias", self.norm.weight)
+
+
+def test_the_tracer_finds_tensor_paths_in_one_walk_as_named_parameters_and_buffers_would(monkeypatch):
+    from patcher.trace.tracer import SequentialTracer
+
+    model = _Tied()
+    expected = {id(tensor): name for name, tensor in [*model.named_parameters(remove_duplicate=False),
+                                                      *model.named_buffers(remove_duplicate=False)]}
+    walks = []
+    original = nn.Module.named_modules
+
+    def counted(self, *args, **kwargs):
+        if self is model:
+            walks.append(args or kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "named_modules", counted)
+    tracer = SequentialTracer(model, set(), set())
+    assert tracer._tensor_paths == expected
+    assert tracer._tensor_paths[id(model.embed.weight)] == "head.weight"
+    assert tracer._tensor_paths[id(model.norm.weight)] == "other.alias"
+    assert len(walks) == 1
