@@ -155,3 +155,26 @@ def test_the_tracer_finds_tensor_paths_in_one_walk_as_named_parameters_and_buffe
     assert tracer._tensor_paths[id(model.embed.weight)] == "head.weight"
     assert tracer._tensor_paths[id(model.norm.weight)] == "other.alias"
     assert len(walks) == 1
+
+
+def _reads_a_size(module, x):
+    size = module.in_features
+    return x * size
+
+
+def test_moved_code_is_walked_once_for_the_settings_it_may_write(monkeypatch):
+    import ast
+
+    from patcher.trace.wrapped_state import may_change_settings
+
+    walks = []
+    original = ast.walk
+    monkeypatch.setattr(ast, "walk", lambda node: walks.append(node) or original(node))
+    layer = nn.Linear(2, 2)
+    assert may_change_settings(_moved_helper, (layer, 1), {}) is True  # module.mode = ...
+    assert may_change_settings(_reads_a_size, (layer, 1), {}) is False
+    first = len(walks)
+    for _ in range(3):  # as at every trace: the same definitions, asked again
+        assert may_change_settings(_moved_helper, (layer, 1), {}) is True
+        assert may_change_settings(_reads_a_size, (layer, 1), {}) is False
+    assert len(walks) == first
