@@ -82,10 +82,20 @@ def _contains(value: Any, node: fx.Node) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
 def function_tree(function: Callable) -> ast.FunctionDef | None:
     """The definition of ``function`` (a function or method) parsed from its source; None where the
-    source cannot be had."""
+    source cannot be had. The source of a wrapper (``functools.wraps``) is its wrapped function's, as
+    ``inspect.getsource`` reads it: the parse is cached on that function, so the wrappers each trace
+    makes anew (an ignored method while ``opaque_calls`` holds it) are parsed once, not at every trace."""
+    try:
+        unwrapped = inspect.unwrap(function)
+    except ValueError:  # a cycle of __wrapped__: getsource fails on it too
+        return None
+    return _parsed_definition(unwrapped)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed_definition(function: Callable) -> ast.FunctionDef | None:
     try:
         source = textwrap.dedent(inspect.getsource(function))
         tree = ast.parse(source)

@@ -28,7 +28,8 @@ import contextlib
 import functools
 import inspect
 import sys
-from typing import Any, Iterable, Iterator
+import types
+from typing import Any, Container, Iterable, Iterator
 
 from torch import fx, nn
 from torch.utils import _pytree as pytree
@@ -155,10 +156,11 @@ def _opaque_method(name: str, original):
     return opaque
 
 
-def modeling_namespaces(model: nn.Module) -> list[dict]:
-    """Globals of every module defining a class (or base class) used in the model."""
+def modeling_namespaces(model: nn.Module, classes: Iterable[type] | None = None) -> list[dict]:
+    """Globals of every module defining a class (or base class) used in the model (``classes``: the
+    model's module classes, when the caller has them)."""
     seen: dict[str, dict] = {}
-    for cls in {type(module) for module in model.modules()}:
+    for cls in classes if classes is not None else _module_classes(model):
         for base in inspect.getmro(cls):
             if base.__module__ in seen or base.__module__.startswith(("torch.", "builtins")):
                 continue
@@ -168,18 +170,24 @@ def modeling_namespaces(model: nn.Module) -> list[dict]:
     return list(seen.values())
 
 
-def _functions_and_methods(model: nn.Module) -> Iterator[tuple[Any, str, Any, bool]]:
+def _module_classes(model: nn.Module) -> set[type]:
+    return {type(module) for module in model.modules()}
+
+
+def _functions_and_methods(model: nn.Module, names: Container[str] | None = None) -> Iterator[tuple[Any, str, Any, bool]]:
     """``(owner, name, function, is_namespace)`` for every function an ignore entry can name: the
-    globals of the modeling modules, and the methods of the model's classes and their bases."""
-    for namespace in modeling_namespaces(model):
+    globals of the modeling modules, and the methods of the model's classes and their bases (only
+    those called one of ``names``, when given). Each base class is read once, though most classes
+    share ``nn.Module`` and ``PreTrainedModel``: this runs at every trace, over hundreds of methods."""
+    classes = _module_classes(model)
+    for namespace in modeling_namespaces(model, classes):
         for name, value in list(namespace.items()):
-            if inspect.isfunction(value):
+            if (names is None or name in names) and isinstance(value, types.FunctionType):  # inspect.isfunction
                 yield namespace, name, value, True
-    for cls in {type(module) for module in model.modules()}:
-        for base in inspect.getmro(cls):
-            for name, value in list(vars(base).items()):
-                if inspect.isfunction(value):
-                    yield base, name, value, False
+    for base in dict.fromkeys(base for cls in classes for base in inspect.getmro(cls)):
+        for name, value in list(vars(base).items()):
+            if (names is None or name in names) and isinstance(value, types.FunctionType):
+                yield base, name, value, False
 
 
 def callable_names(model: nn.Module) -> set[str]:
@@ -197,7 +205,7 @@ def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
     found: set[str] = set()
     restore: list[tuple[Any, str, Any, bool]] = []
     try:
-        for owner, name, value, is_namespace in _functions_and_methods(model):
+        for owner, name, value, is_namespace in _functions_and_methods(model, names):
             if name not in names or getattr(value, "__tracezoo_opaque__", False):
                 continue
             restore.append((owner, name, value, is_namespace))

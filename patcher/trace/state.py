@@ -8,6 +8,7 @@ cache off through the configs. Everything written is put back afterwards.
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
@@ -41,26 +42,42 @@ def _same(old, new) -> bool:
 
 
 class StateSnapshot:
-    """Plain attributes of every module and config, to compare with and restore after tracing."""
+    """Plain attributes of every module and config, to compare with and restore after tracing.
+
+    Taken and checked at every trace, over every module of the model (700 in Qwen2-VL-2B): each
+    module's attributes are saved as one copy of its ``__dict__``, and a module whose attributes and
+    children are still the very same objects (compared by identity, no ``__eq__`` runs) is skipped
+    by :meth:`changes` and :meth:`restore`; only the others are compared and put back one by one."""
 
     def __init__(self, model: nn.Module):
         self.names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
-        self.module_attrs = {
-            module: {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS}
-            for module in self.names
-        }
+        self._saved = {module: dict(vars(module)) for module in self.names}  # the slots too
         self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
         self.children = {module: dict(module._modules) for module in self.names}
-        self.hooks = {module: {attr: dict(getattr(module, attr)) for attr in _HOOK_DICTS if hasattr(module, attr)}
-                      for module in self.names}
+        # the hook dicts are instance attributes (nn.Module.__init__), read from the copy just taken;
+        # copied only for the modules that have a hook (most have none), the others' must stay empty
+        self.hooks = {module: {attr: dict(saved[attr]) for attr in _HOOK_DICTS if attr in saved}
+                      for module, saved in self._saved.items() if any(saved.get(attr) for attr in _HOOK_DICTS)}
         self.configs = _configs_of(self.names)
         self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
+
+    def _attrs(self, module: nn.Module) -> dict[str, Any]:
+        """The module's plain attributes as saved (its slots left out)."""
+        saved = self._saved.get(module)
+        return {} if saved is None else {key: value for key, value in saved.items() if key not in _MODULE_SLOTS}
+
+    def _untouched(self, module: nn.Module) -> bool:
+        """Every attribute and child of ``module`` is the object it was (same names, same order)."""
+        saved, children = self._saved.get(module), self.children.get(module)
+        return saved is not None and _same_objects(saved, vars(module)) and _same_objects(children, module._modules)
 
     def changes(self, modules) -> list[str]:
         """Attributes of ``modules`` written since the snapshot, as ``'path.attr: old -> new'``."""
         found = []
         for module in modules:
-            old = self.module_attrs.get(module, {})
+            if self._untouched(module):
+                continue
+            old = self._attrs(module)
             current = {key: value for key, value in vars(module).items() if key not in _MODULE_SLOTS}
             for key in sorted(old.keys() | current.keys()):
                 if key not in current or key not in old or not _same(old[key], current[key]):
@@ -79,17 +96,22 @@ class StateSnapshot:
             for key in [key for key in current if key not in attrs]:
                 del current[key]
             current.update(attrs)
-        for module, attrs in self.module_attrs.items():
+        touched = [module for module in self.names if not self._untouched(module)]
+        for module in touched:
+            attrs = self._attrs(module)
             current = vars(module)
             for key in [key for key in current if key not in attrs and key not in _MODULE_SLOTS]:
                 del current[key]
             current.update(attrs)
-        for module, children in self.children.items():
+        for module in touched:
             module._modules.clear()
-            module._modules.update(children)
-        for module, hooks in self.hooks.items():
-            for attr, entries in hooks.items():
-                current = getattr(module, attr)
+            module._modules.update(self.children[module])
+        for module, saved in self._saved.items():
+            hooks = self.hooks.get(module)
+            for attr in _HOOK_DICTS:
+                if attr not in saved:
+                    continue
+                current, entries = getattr(module, attr), hooks[attr] if hooks is not None else {}
                 if len(current) != len(entries):
                     current.clear()
                     current.update(entries)
@@ -98,6 +120,15 @@ class StateSnapshot:
             module._parameters.update(parameters)
             module._buffers.clear()
             module._buffers.update(buffers)
+
+
+def _same_objects(saved: dict, current: dict) -> bool:
+    """``current`` holds the very objects ``saved`` does, under the same names in the same order.
+    Identity, not ``==``: a tensor's ``==`` is elementwise, and an object's own ``__eq__`` may run code.
+    A name stored anew as an equal string that is another object only sends the module to the slow,
+    exact comparison."""
+    return len(saved) == len(current) and all(map(operator.is_, saved.values(), current.values())) \
+        and all(map(operator.is_, saved, current))
 
 
 def _short(value) -> str:

@@ -8,7 +8,6 @@ target lives inside them, so calibration hooks on the targets see real module ca
 from __future__ import annotations
 
 import contextlib
-import itertools
 import operator
 import re
 from typing import Any, Iterable, Mapping
@@ -119,11 +118,16 @@ class SequentialTracer(fx.Tracer):
         self.ranks_read: dict[str, int] = {}  # those that traced code read: checked at every run
         # parameter reads cached while tracing a call through: (cache, key), taken back if it fails
         self._cache_keys_added: list[tuple[dict, str]] | None = None
-        self._tensor_paths = {id(t): name for name, t in itertools.chain(
-            model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))}
-        # Configs are reached through the module that owns them, so graphs read `self.model.config`.
+        # one walk of the modules (this runs at every trace) for what named_parameters(remove_duplicate=False)
+        # and named_buffers(...) would give, in their order: the last path of a shared tensor wins
+        modules = list(model.named_modules(remove_duplicate=False))
+        self._tensor_paths = {id(t): f"{prefix}.{key}" if prefix else key
+                              for slot in ("_parameters", "_buffers") for prefix, module in modules
+                              for key, t in getattr(module, slot).items() if t is not None}
+        # Configs are reached through the module that owns them, so graphs read `self.model.config`
+        # (the first path of a shared config: the walk's repeats come after each module's first visit).
         self._config_paths: dict[int, str] = {}
-        for name, module in model.named_modules():
+        for name, module in modules:
             config = getattr(module, "config", None)
             if isinstance(config, PretrainedConfig) and id(config) not in self._config_paths:
                 self._config_paths[id(config)] = f"{name}.config" if name else "config"

@@ -178,7 +178,7 @@ def _writes_settings(function: Callable, modules: dict[str, nn.Module], depth: i
             return False
         return not inspect.isfunction(method) or _writes_settings(method, {_first_param(method): owner}, depth + 1)
 
-    for node in ast.walk(definition):
+    for node in _stores_and_calls(definition):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
                 and receiver(node.value) is not _UNSET:
             return True
@@ -197,6 +197,18 @@ def _writes_settings(function: Callable, modules: dict[str, nn.Module], depth: i
                                                           owner, node.func.attr):
                 return True
     return False
+
+
+@functools.lru_cache(maxsize=None)
+def _stores_and_calls(definition) -> tuple:
+    """The attribute stores and deletions and the calls of a parsed definition, in ``ast.walk``'s
+    order: the only nodes :func:`_writes_settings` looks at, found once per function (the definition
+    is cached), not at every call of it while tracing."""
+    import ast
+
+    return tuple(node for node in ast.walk(definition)
+                 if isinstance(node, ast.Call)
+                 or (isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del))))
 
 
 #: an object reached through a module by subscript (``self.layers[0]``): not known without running

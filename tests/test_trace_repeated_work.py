@@ -1,0 +1,180 @@
+"""Work a trace does not redo: moved code's source is parsed once per function, not at every trace,
+and the state check after a trace compares only the modules tracing wrote to (issue 29 item 8:
+Qwen2-VL-2B traced slower than llm-compressor's tracer). Each test fails where the work is redone."""
+
+import functools
+import inspect
+
+import torch
+from torch import nn
+
+from patcher import trace_subgraphs
+from patcher.attempt import prepare_trace
+from patcher.trace import state
+from patcher.trace.moved_code import function_tree
+from patcher.trace.state import StateSnapshot
+
+
+def _moved_helper(module, x):
+    module.mode = "switched"
+    return x
+
+
+def _wrapper_of(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _counting_getsource(monkeypatch) -> list:
+    calls = []
+    original = inspect.getsource
+
+    def counted(obj):
+        calls.append(obj)
+        return original(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counted)
+    return calls
+
+
+def test_wrappers_of_one_function_share_its_parsed_definition(monkeypatch):
+    # opaque_calls wraps an ignored method anew at every trace: the wrapper's source is the function's
+    calls = _counting_getsource(monkeypatch)
+    first = function_tree(_wrapper_of(_moved_helper))
+    second = function_tree(_wrapper_of(_moved_helper))
+    assert first is second and first is function_tree(_moved_helper)
+    assert first.name == "_moved_helper"
+    assert len(calls) <= 1
+
+
+def test_a_second_trace_of_qwen2_vl_reads_no_source(monkeypatch):
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", multimodal_data=True)
+    first = trace_subgraphs(setup.model, setup.sample, setup.targets, setup.ignore)
+    calls = _counting_getsource(monkeypatch)
+    second = trace_subgraphs(setup.model, setup.sample, setup.targets, setup.ignore)
+    assert calls == []
+    assert [subgraph.graph.python_code("self").src for subgraph in second] == \
+        [subgraph.graph.python_code("self").src for subgraph in first]
+
+
+class _Writes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(2, 2)
+        self.other = nn.Linear(2, 2)
+        self.name = "first"
+        self.table = torch.zeros(3)
+
+
+def test_untouched_modules_are_not_compared_attribute_by_attribute(monkeypatch):
+    model = _Writes()
+    snapshot = StateSnapshot(model)
+    compared = []
+    original = state._same
+    monkeypatch.setattr(state, "_same", lambda old, new: compared.append((old, new)) or original(old, new))
+    model.inner.extra = 1  # one module written to
+    assert snapshot.changes(snapshot.names) == ["inner.extra: '<unset>' -> 1"]
+    assert compared  # `inner` was, attribute by attribute
+    assert {id(new) for _, new in compared} <= {id(value) for value in vars(model.inner).values()}
+    assert not any(new is model.table or new is model.other._parameters for _, new in compared)
+    snapshot.restore()
+    assert not hasattr(model.inner, "extra")
+
+
+def test_a_changed_attribute_is_found_and_restored_whatever_its_type():
+    model = _Writes()
+    name, table, child, bias = model.name, model.table, model.other, model.inner.bias
+    snapshot = StateSnapshot(model)
+    model.name = "".join(["fir", "st"])  # an equal string that is another object: no change
+    assert model.name is not name
+    model.table = torch.zeros(3)  # an equal tensor that is another object: a change, found without `==`
+    model.other = nn.Identity()
+    del model.inner.bias
+    found = snapshot.changes(snapshot.names)
+    assert [line.split(":")[0] for line in found] == ["table", "other"]
+    assert found[1] == "other: submodule replaced by Identity"
+    snapshot.restore()
+    assert model.name is name and model.table is table and model.other is child and model.inner.bias is bias
+
+
+def test_every_base_class_is_read_once_for_the_functions_an_ignore_entry_can_name():
+    from patcher.trace.opaque import _functions_and_methods
+
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct")
+    owners = [(id(owner), name) for owner, name, _, _ in _functions_and_methods(setup.model)]
+    assert len(owners) == len(set(owners))  # nn.Module's and PreTrainedModel's methods once, not once per class
+    found = {name for _, name, _, _ in _functions_and_methods(setup.model, {"get_rope_index", "no_such_name"})}
+    assert found == {"get_rope_index"}
+
+
+def test_hooks_are_copied_for_hooked_modules_only_and_all_put_back():
+    model = _Writes()
+    kept = model.inner.register_forward_hook(lambda module, args, output: output)
+    snapshot = StateSnapshot(model)
+    assert list(snapshot.hooks) == [model.inner]
+    model.other.register_forward_pre_hook(lambda module, args: None)  # added while tracing: removed
+    model.inner.register_forward_hook(lambda module, args, output: output)
+    snapshot.restore()
+    assert not model.other._forward_pre_hooks
+    assert list(model.inner._forward_hooks) == [kept.id]
+
+
+class _Tied(nn.Module):
+    """A tied weight (two paths, one tensor), a parameter also registered as another module's buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(4, 2)
+        self.head = nn.Linear(2, 4, bias=False)
+        self.head.weight = self.embed.weight
+        self.norm = nn.LayerNorm(2)
+        self.other = nn.Module()
+        self.other.register_buffer("alias", self.norm.weight)
+
+
+def test_the_tracer_finds_tensor_paths_in_one_walk_as_named_parameters_and_buffers_would(monkeypatch):
+    from patcher.trace.tracer import SequentialTracer
+
+    model = _Tied()
+    expected = {id(tensor): name for name, tensor in [*model.named_parameters(remove_duplicate=False),
+                                                      *model.named_buffers(remove_duplicate=False)]}
+    walks = []
+    original = nn.Module.named_modules
+
+    def counted(self, *args, **kwargs):
+        if self is model:
+            walks.append(args or kwargs)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "named_modules", counted)
+    tracer = SequentialTracer(model, set(), set())
+    assert tracer._tensor_paths == expected
+    assert tracer._tensor_paths[id(model.embed.weight)] == "head.weight"
+    assert tracer._tensor_paths[id(model.norm.weight)] == "other.alias"
+    assert len(walks) == 1
+
+
+def _reads_a_size(module, x):
+    size = module.in_features
+    return x * size
+
+
+def test_moved_code_is_walked_once_for_the_settings_it_may_write(monkeypatch):
+    import ast
+
+    from patcher.trace.wrapped_state import may_change_settings
+
+    walks = []
+    original = ast.walk
+    monkeypatch.setattr(ast, "walk", lambda node: walks.append(node) or original(node))
+    layer = nn.Linear(2, 2)
+    assert may_change_settings(_moved_helper, (layer, 1), {}) is True  # module.mode = ...
+    assert may_change_settings(_reads_a_size, (layer, 1), {}) is False
+    first = len(walks)
+    for _ in range(3):  # as at every trace: the same definitions, asked again
+        assert may_change_settings(_moved_helper, (layer, 1), {}) is True
+        assert may_change_settings(_reads_a_size, (layer, 1), {}) is False
+    assert len(walks) == first
