@@ -85,6 +85,9 @@ class CoverageRow:
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the environment whose sweep built this row when it is not this one's (``patcher.coverage.
+    #: elsewhere``: timm's VLMs, built where timm installs); None: built (or not) here
+    built_in: str | None = None
 
     @property
     def traced(self) -> bool:
@@ -234,6 +237,10 @@ def check_architecture(
     stage = "class"
     try:
         cls = resolve_model_class(name)
+        if has_no_forward(cls):
+            row.stage, row.error = NO_FORWARD, no_forward_message(cls)
+            row.seconds = time.perf_counter() - start
+            return row
         stage = "config"
         config = shrink_config(cls.config_class)
         fill_audio_ids(config, cls)
@@ -365,6 +372,35 @@ def has_image_path(cls, config) -> bool:
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
+#: The stage of a row whose class has no ``forward`` of its own (``nn.Module``'s
+#: ``_forward_unimplemented``): a top-level model whose ``generate`` calls its parts (Qwen2.5-Omni:
+#: thinker, talker, token2wav), each swept as a row of its own. Nothing to run or trace, so neither
+#: built nor a failure.
+NO_FORWARD = "no forward"
+
+
+def has_no_forward(cls) -> bool:
+    return getattr(cls, "forward", None) is torch.nn.Module.forward
+
+
+def no_forward_message(cls) -> str:
+    parts = sorted({type_name for type_name in _part_classes(cls)})
+    return (f"{cls.__name__} has no forward (nn.Module's _forward_unimplemented): its generate loop calls its parts"
+            + (f" ({', '.join(parts)}), each swept as a row of its own" if parts else "")
+            + "; nothing to trace here")
+
+
+def _part_classes(cls) -> list[str]:
+    """The generative classes of ``cls``'s modeling module that have a forward (the parts a
+    top-level ``generate`` calls)."""
+    from .discover import SUFFIXES
+
+    module = sys.modules.get(cls.__module__)
+    return [name for name, value in vars(module or object()).items()
+            if isinstance(value, type) and name.endswith(SUFFIXES) and issubclass(value, torch.nn.Module)
+            and not has_no_forward(value)]
+
+
 #: The stage of a vision-blocks attempt on a model whose images reach the text model without a
 #: tower of blocks: nothing to split, so neither a failure nor a success of the attempt.
 NO_TOWER = "no tower"
@@ -406,8 +442,17 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
 def _text_samples(config, seed: int, model) -> list[dict]:
     """Two text samples: another batch size, length and left padding on the second, so the graph is
     reused on a new layout."""
+    from .assistant_samples import assistant_sample, check_states_reach_output, needs_target_states
     from .sweep_samples import coverage_text_sample, with_encoder_embeds
 
+    if needs_target_states(model):
+        # a draft model: the target's states after its prefill of each text sample's tokens
+        text = config.get_text_config()
+        samples = [assistant_sample(config, coverage_text_sample(text, batch_size=batch, seq_len=length,
+                                                                 left_padding=padding, seed=seed + index), seed)
+                   for index, (batch, length, padding) in enumerate(((2, 7, 1), (3, 11, 2)))]
+        check_states_reach_output(model, samples[0], seed, MIN_INFLUENCE)
+        return samples
     return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
                                                              seed=seed), seed),
             with_encoder_embeds(model, coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2,

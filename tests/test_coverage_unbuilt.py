@@ -1,0 +1,122 @@
+"""The coverage rows that did not build in round 1 of issue 30: classes without a forward (the Omni
+top-level models), Gemma 4's assistants (a target model's states, a default config that fails its
+own validation) and rows built in another environment (timm's VLMs, merged from the floor
+environment's sweep)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from patcher.coverage.check import NO_FORWARD, Attempt, CoverageRow, check_architecture
+from patcher.coverage.modalities import MIN_INFLUENCE
+from patcher.coverage.report import blocker, markdown, overall_line, summary, write_reports
+from patcher.coverage.shrink import shrink_config
+from versions import require_classes
+
+OMNI_WITHOUT_FORWARD = ["Qwen2_5OmniForConditionalGeneration", "Qwen2_5OmniPreTrainedModelForConditionalGeneration",
+                        "Qwen3OmniMoeForConditionalGeneration", "Qwen3OmniMoePreTrainedModelForConditionalGeneration"]
+
+
+@pytest.mark.parametrize("name", OMNI_WITHOUT_FORWARD)
+def test_a_class_without_a_forward_is_reported_as_such_not_as_unbuilt(name):
+    require_classes(name)
+    row = check_architecture(name)
+    assert not row.built and row.stage == NO_FORWARD, (row.stage, row.error)
+    assert "has no forward" in row.error and "ThinkerForConditionalGeneration" in row.error, row.error
+    assert blocker(row) is None
+    table_line = next(line for line in markdown([row]).splitlines() if line.startswith(f"| {name} |"))
+    assert table_line.startswith(f"| {name} | {NO_FORWARD} |"), table_line
+
+
+def test_the_summary_counts_classes_without_a_forward_apart():
+    equal = dict(ran=True, traced=True, equal=True, subgraphs=3, expected=3)
+    rows = [CoverageRow("A", built=True, text=Attempt("text", **equal)),
+            CoverageRow("B", stage=NO_FORWARD, error="B has no forward"),
+            CoverageRow("C", stage="size", error="too big")]
+    assert summary(rows).startswith("3 architectures: built 1 (33%) (1 without a forward, built 1 of the 2 with one);")
+    assert overall_line(rows).startswith("Equal on every input: 1 of 3 (33%) (1 of the 2 with a forward)")
+    assert blocker(rows[1]) is None and blocker(rows[2]) is not None
+
+
+def test_the_gemma4_assistant_default_config_is_made_valid_by_shrinking():
+    # its default text config is the E2B target's, with per-layer inputs its validation refuses
+    require_classes("Gemma4AssistantForCausalLM")
+    with pytest.raises(Exception, match="hidden_size_per_layer_input must be 0"):
+        transformers.Gemma4AssistantConfig()
+    config = shrink_config(transformers.Gemma4AssistantConfig)
+    assert config.text_config.hidden_size_per_layer_input == 0
+    assert config.text_config.num_kv_shared_layers == config.text_config.num_hidden_layers
+    assert config.backbone_hidden_size == config.text_config.hidden_size
+
+
+def _all_shared_layers_build(config) -> bool:
+    # transformers 5.23's kv_sharing_modes raises when every layer shares (the assistant's layout);
+    # 5.24 returns "reuse" for each
+    try:
+        config.get_text_config().kv_sharing_modes
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", ["Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"])
+def test_the_assistant_reads_the_target_states_the_sweep_builds(name):
+    from patcher.coverage.assistant_samples import assistant_sample, check_states_reach_output, target_model
+    from patcher.coverage.sweep_samples import coverage_text_sample
+    from patcher.models import random_model
+
+    require_classes(name)
+    cls = getattr(transformers, name)
+    config = shrink_config(cls.config_class)
+    if not _all_shared_layers_build(config):
+        pytest.skip(f"transformers {transformers.__version__}: Gemma4TextConfig.kv_sharing_modes raises when every "
+                    "layer shares its kv, as an assistant's do (fixed in 5.24)")
+    model = random_model(cls, config, 0).eval()
+    target = target_model(config, 0)
+    text = coverage_text_sample(config.get_text_config(), batch_size=2, seq_len=7, left_padding=1)
+    sample = assistant_sample(config, text, 0, target=target)
+    for kind, (keys, values) in sample["shared_kv_states"].items():
+        assert keys.shape[:1] == values.shape[:1] == (2,) and keys.shape[2] == 7, (kind, keys.shape)
+    assert sample["inputs_embeds"].shape == (2, 1, 2 * config.backbone_hidden_size)
+    assert check_states_reach_output(model, sample, 0, MIN_INFLUENCE) > MIN_INFLUENCE
+    # the last hidden state handed over is the target's: another target gives other logits
+    other = assistant_sample(config, text, 1)
+    with torch.no_grad():
+        assert not torch.equal(model(**sample).logits, model(**other).logits)
+
+
+def test_rows_built_in_another_environment_replace_only_rows_unbuilt_here(tmp_path):
+    from patcher.coverage.elsewhere import load_rows, merge_rows
+
+    equal = dict(ran=True, traced=True, equal=True, subgraphs=3, expected=3, max_diff=0.0, reuse_diff=0.0)
+    here = [CoverageRow("Timm", stage="size", error="TimmWrapperModel requires the timm library"),
+            CoverageRow("Plain", built=True, text=Attempt("text", **equal)),
+            CoverageRow("Broken", stage="size", error="no")]
+    there = [CoverageRow("Timm", built=True, text=Attempt("text", **equal), multimodal=Attempt("multimodal", **equal)),
+             CoverageRow("Plain", built=True, text=Attempt("text", ran=True, traced=True, stage="compare", max_diff=1.0)),
+             CoverageRow("Broken", stage="size", error="no there either")]
+    write_reports(there, tmp_path)
+    rows, environment = load_rows(tmp_path / "coverage.json")
+    assert environment == f"transformers {transformers.__version__}, torch {torch.__version__}"
+    merged = merge_rows(here, rows, environment)
+    assert [row.architecture for row in merged] == ["Timm", "Plain", "Broken"]
+    assert merged[0].built and merged[0].built_in == environment and merged[0].multimodal.equal
+    assert merged[1] is here[1] and merged[2] is here[2]  # built here, or built nowhere: kept
+    text = markdown(merged)
+    assert f"| Timm | yes ({environment}) |" in text
+    assert f"Built in another environment" in text and f"Timm ({environment})" in text
+    assert summary(merged).startswith("3 architectures: built 2 (67%)")
+    assert json.loads((tmp_path / "coverage.json").read_text())["rows"][0]["built_in"] is None
+
+
+def test_a_report_without_its_environment_is_refused(tmp_path):
+    from patcher.coverage.elsewhere import load_rows
+
+    path = tmp_path / "coverage.json"
+    path.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match="no 'environment'"):
+        load_rows(path)
