@@ -352,7 +352,7 @@ def test_summary_counts(cache_dir):
 
 
 #: An input each modality's ``vary`` changes (its samples carry it).
-MODALITY_INPUTS = {"images": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
+MODALITY_INPUTS = {"images": "pixel_values", "video": "pixel_values_videos", "audio": "input_features", "robot": "state"}
 
 
 @pytest.mark.parametrize("modality", MODALITIES, ids=lambda modality: modality.label)

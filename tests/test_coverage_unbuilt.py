@@ -120,3 +120,68 @@ def test_a_report_without_its_environment_is_refused(tmp_path):
     path.write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="no 'environment'"):
         load_rows(path)
+
+
+def _pi0():
+    from patcher.models import random_model
+
+    require_classes("PI0ForConditionalGeneration")
+    cls = transformers.PI0ForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    return cls, config, random_model(cls, config, 0).eval()
+
+
+def test_the_robot_sample_feeds_every_input_the_policy_reads():
+    from patcher.coverage.modalities.robot import ROBOT, robot_samples
+
+    cls, config, model = _pi0()
+    assert ROBOT.takes(cls, config) and not ROBOT.takes(transformers.LlamaForCausalLM, transformers.LlamaConfig())
+    first, second = robot_samples(config, model, 0)
+    assert first["pixel_values"].shape[:2] == (2, 1) and second["pixel_values"].shape[:2] == (1, 2)
+    assert second["pixel_attention_mask"].tolist() == [[True, False]]
+    with torch.no_grad():
+        reference = model(**first).logits
+        assert torch.equal(reference, model(**first).logits)  # nothing drawn inside: noise and timestep given
+        for name in ("state", "noise", "timestep", "pixel_values"):
+            varied = dict(first)
+            varied[name] = first[name] + 0.5
+            change = (model(**varied).logits - reference).abs().max().item()
+            assert change > MIN_INFLUENCE, (name, change)
+
+
+def test_a_cache_filled_by_called_modules_and_read_after_them_fails_loudly_and_its_fix_works():
+    from patcher.coverage.modalities.robot import robot_samples, with_other_state
+    from patcher.partition import run_subgraphs, trace_subgraphs
+    from patcher.trace import DEFAULT_IGNORE
+    from patcher.trace.filled_caches import FilledCacheError
+    from patcher.traceable import load_traceable
+    from patcher.models import random_model
+
+    cls, config, model = _pi0()
+    traceable = random_model(load_traceable(cls, targets=["GemmaDecoderLayer"]), config, 0).eval()
+    traceable.load_state_dict(model.state_dict())
+    samples = robot_samples(config, model, 0)
+    # the VLM's and the action expert's layers are both GemmaDecoderLayer: as targets, the VLM's fill
+    # the cache inside single calls and the traced code reads its (empty) length after them
+    with pytest.raises(FilledCacheError, match="model.vlm.language_model.layers.0") as raised:
+        trace_subgraphs(traceable, samples[0], ["GemmaDecoderLayer"], DEFAULT_IGNORE)
+    assert "traced through" in str(raised.value)
+    # the fix it names: the VLM's layers traced through, the expert's layers as targets
+    subgraphs = trace_subgraphs(traceable, samples[0], [r"re:model\.dit\.layers\.\d+"], DEFAULT_IGNORE)
+    assert len(subgraphs) == config.dit_config.num_hidden_layers + 1
+    with torch.no_grad():
+        for sample in (*samples, with_other_state(samples[1], 0)):
+            expected = model(**sample).logits
+            assert torch.equal(run_subgraphs(traceable, list(subgraphs), sample)["logits"], expected)
+
+
+def test_the_pi0_row_is_built_and_its_text_attempt_needs_the_robot_state(coverage_row):
+    from patcher.coverage.modalities.robot import NEEDS_ROBOT
+
+    require_classes("PI0ForConditionalGeneration")
+    row = coverage_row("PI0ForConditionalGeneration")
+    assert row.built and row.text.stage == NEEDS_ROBOT, (row.stage, row.error, row.text)
+    assert row.robot.ran and row.robot.influence > MIN_INFLUENCE, row.robot
+    # loud, with the fix above, until the sweep picks the expert's layers alone
+    assert row.robot.equal or row.robot.blocker_kind == "FilledCacheError", row.robot
+    assert blocker(row) is None if row.robot.equal else blocker(row)[0] == "trace: FilledCacheError"

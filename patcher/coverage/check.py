@@ -483,9 +483,10 @@ def check_influence(attempt: Attempt, modality: Modality, model, sample: dict, o
 
 
 def _mark_text_alone(text: Attempt, given: list[tuple[Modality, Attempt]]) -> None:
-    """A text attempt that failed in eager while a modality's attempt ran: the model needs that
-    input (decided by evidence, not by a list). Its error stays: what the forward said without it."""
-    if text.ran or text.stage != "eager":
+    """A text attempt that failed in eager (or whose text sample the config cannot give: PI0 has no
+    vocabulary of its own) while a modality's attempt ran: the model needs that input (decided by
+    evidence, not by a list). Its error stays: what the forward said without it."""
+    if text.ran or text.stage not in ("sample", "eager"):
         return
     for modality, attempt in given:
         if attempt.ran:

@@ -12,6 +12,7 @@ from .elsewhere import elsewhere_line, environment_name
 from .check import NO_FORWARD, NO_TOWER, Attempt, CoverageRow
 from .modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
 from .modalities.images import NEEDS_IMAGES
+from .modalities.robot import NEEDS_ROBOT
 
 
 def _pct(part: int, whole: int) -> str:
@@ -316,12 +317,12 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     for row in rows:
         text = row.text or Attempt("text")
         found = blocker(row)
-        needs_images = text.stage == NEEDS_IMAGES
+        needs_other = text.stage if text.stage in (NEEDS_IMAGES, NEEDS_ROBOT) else None
         cells = [
             row.architecture, NO_FORWARD if no_forward(row) else _yes(row.built) + (f" ({row.built_in})" if row.built_in else ""),
-            NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
+            needs_other if needs_other else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
-            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_other else "",
             *_modality_cells(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),

@@ -30,6 +30,7 @@ from .decisions import DecisionNeeded, Decisions, is_decision, sample_value
 from .diagnose import MODEL_ERROR, diagnose, failing_code, library_class_fix, moved_none_symptom
 from .graph_runtime import (CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message,
                             unpacked_item)
+from .filled_caches import check_no_read_after_fill
 from .errors import (
     IgnoreMatchError,
     MissingTargetsError,
@@ -870,6 +871,7 @@ def trace_graph(
             leaf_changes,
         )
     _check_no_hidden_targets(graph, model, targets)
+    check_no_read_after_fill(graph, tracer.constants, type(model).__name__)
     check_inputs_reach_output(graph, sample_input, model_name=type(model).__name__, unused_inputs=unused_inputs,
                               eager_ignores=lambda name: eager_ignores(model, sample_input, name))
     _check_requested_outputs(graph, model, fixed)

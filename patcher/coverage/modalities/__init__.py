@@ -15,11 +15,12 @@ from __future__ import annotations
 from .audio import AUDIO
 from .base import MIN_INFLUENCE, Modality, built
 from .images import IMAGES
+from .robot import ROBOT
 from .video import VIDEO
 
 #: In the report's order (columns, summary, "Per modality" lines, which attempt is the blocker).
-MODALITIES: tuple[Modality, ...] = (IMAGES, VIDEO, AUDIO)
+MODALITIES: tuple[Modality, ...] = (IMAGES, VIDEO, AUDIO, ROBOT)
 #: The text attempt's stages that say "needs another input", not "failed".
 TEXT_ALONE_STAGES = frozenset(modality.text_alone for modality in MODALITIES)
 
-__all__ = ["AUDIO", "IMAGES", "MIN_INFLUENCE", "MODALITIES", "Modality", "TEXT_ALONE_STAGES", "VIDEO", "built"]
+__all__ = ["AUDIO", "IMAGES", "MIN_INFLUENCE", "MODALITIES", "Modality", "ROBOT", "TEXT_ALONE_STAGES", "VIDEO", "built"]
