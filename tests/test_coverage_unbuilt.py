@@ -185,3 +185,60 @@ def test_the_pi0_row_is_built_and_its_text_attempt_needs_the_robot_state(coverag
     # loud, with the fix above, until the sweep picks the expert's layers alone
     assert row.robot.equal or row.robot.blocker_kind == "FilledCacheError", row.robot
     assert blocker(row) is None if row.robot.equal else blocker(row)[0] == "trace: FilledCacheError"
+
+
+HANDOVER = ["Qwen2_5OmniTalkerForConditionalGeneration", "Qwen3OmniMoeTalkerForConditionalGeneration",
+            "Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration"]
+
+
+@pytest.mark.parametrize("name", HANDOVER)
+def test_the_omni_parts_read_the_embeddings_handed_over(name):
+    from patcher.coverage.handover_samples import check_handover_reaches_output, handover_samples
+    from patcher.models import random_model
+
+    require_classes(name)
+    cls = getattr(transformers, name)
+    config = shrink_config(cls.config_class)
+    model = random_model(cls, config, 0).eval()
+    first, second = handover_samples(model, config, 0)
+    assert first["inputs_embeds"].shape[0] == 2 and second["inputs_embeds"].shape[0] == 3
+    assert check_handover_reaches_output(model, first, 0, MIN_INFLUENCE) > MIN_INFLUENCE
+
+
+@pytest.mark.parametrize("name", HANDOVER[:2])
+def test_the_omni_talkers_are_built_traced_and_equal_to_eager(name, coverage_row):
+    require_classes(name)
+    row = coverage_row(name)
+    assert row.built and row.text.traced, (row.stage, row.error, row.text)
+    assert row.text.subgraphs == row.text.expected and row.text.max_diff == 0.0 and row.text.reuse_diff == 0.0
+    assert row.text.equal
+
+
+def test_every_run_of_the_sweep_gets_its_own_copy_of_the_sample():
+    # the Qwen2.5-Omni talker adds into inputs_embeds in place: a shared tensor drifts run by run
+    from patcher.coverage.check import fresh
+
+    sample = {"inputs_embeds": torch.zeros(2, 3), "states": {"full": (torch.ones(1), torch.ones(2))}, "flag": True}
+    copy = fresh(sample)
+    copy["inputs_embeds"] += 1
+    copy["states"]["full"][0].add_(1)
+    assert sample["inputs_embeds"].sum() == 0 and sample["states"]["full"][0].item() == 1 and copy["flag"] is True
+
+
+def test_parameters_the_models_own_init_leaves_uninitialized_are_drawn_the_same_on_every_build():
+    # transformers 5.23's Qwen3-Omni talker: its _init_weights checks the thinker's experts class, not
+    # the talker's, so its experts held leftover memory (other values on every build, NaN at times)
+    from patcher.models import random_model
+
+    require_classes("Qwen3OmniMoeTalkerForConditionalGeneration")
+    cls = transformers.Qwen3OmniMoeTalkerForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    first = random_model(cls, config, 0)
+    leftover = [torch.full((1024, 1024), 1e30) for _ in range(8)]  # memory a careless build would reuse
+    del leftover
+    second = random_model(cls, config, 0)
+    experts = first.model.layers[0].mlp.experts
+    for name, value in experts.named_parameters():
+        assert torch.isfinite(value).all() and 0.005 < value.std() < 0.05, (name, value.std())
+    for (name, value), (_, again) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(value, again), name

@@ -296,8 +296,8 @@ def check_architecture(
         try:
             # the graph is traced with the cache off; some caches fail on hybrid layer mixes
             extra = eager_inputs(original, {})
-            expected = [run_eagerly(original, sample) for sample in samples[attempt.mode]]
-            calls = _count_calls(original, row.targets, {**samples[attempt.mode][0], **extra})
+            expected = [run_eagerly(original, fresh(sample)) for sample in samples[attempt.mode]]
+            calls = _count_calls(original, row.targets, {**fresh(samples[attempt.mode][0]), **extra})
             samples[attempt.mode] = (samples[attempt.mode], expected, calls)
             attempt.ran = True
         except Exception as exc:  # noqa: BLE001
@@ -425,7 +425,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
             return
         targets = row.vision_targets + [target for target in row.targets if target not in row.vision_targets]
         extra = eager_inputs(original, {})
-        calls = _count_calls(original, targets, {**samples[0], **extra})
+        calls = _count_calls(original, targets, {**fresh(samples[0]), **extra})
         stage = "patch"
         patch_targets = list(dict.fromkeys([*classes, *(t for t in row.vision_targets if not t.startswith("re:"))]))
         traceable_cls = load_traceable(cls, targets=patch_targets, cache_dir=cache_dir)
@@ -445,6 +445,13 @@ def _text_samples(config, seed: int, model) -> list[dict]:
     from .assistant_samples import assistant_sample, check_states_reach_output, needs_target_states
     from .sweep_samples import coverage_text_sample, with_encoder_embeds
 
+    from .handover_samples import check_handover_reaches_output, handover_builder, handover_samples
+
+    if handover_builder(model) is not None:
+        # a part of an Omni model: what the top-level generate hands it from the thinker
+        samples = handover_samples(model, config, seed)
+        check_handover_reaches_output(model, samples[0], seed, MIN_INFLUENCE)
+        return samples
     if needs_target_states(model):
         # a draft model: the target's states after its prefill of each text sample's tokens
         text = config.get_text_config()
@@ -468,7 +475,7 @@ def check_influence(attempt: Attempt, modality: Modality, model, sample: dict, o
     config = getattr(model, "config", None)
     varied = modality.vary(sample, seed, config)
     with torch.no_grad():
-        reference = model(**varied, **extra)
+        reference = model(**fresh(varied), **extra)
     key, first = _output(output)
     _, second = _output(reference, key)
     attempt.influence = tensor_diff(first, second)
@@ -494,6 +501,23 @@ def _mark_text_alone(text: Attempt, given: list[tuple[Modality, Attempt]]) -> No
             return
 
 
+def fresh(sample: dict) -> dict:
+    """A copy of ``sample`` whose tensors (also inside dicts, tuples and lists) are clones: every
+    run gets its own, as every call of a generate loop does. The Qwen2.5-Omni talker adds its codec
+    embeddings into ``inputs_embeds`` in place: runs sharing one tensor would each start from
+    what the last one left."""
+    def copy(value):
+        if isinstance(value, torch.Tensor):
+            return value.clone()
+        if isinstance(value, dict):
+            return {key: copy(item) for key, item in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(copy(item) for item in value)
+        return value
+
+    return {key: copy(value) for key, value in sample.items()}
+
+
 def _count_calls(model, targets, sample) -> int:
     from .discover import count_target_calls
 
@@ -512,14 +536,14 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
     attempt.expected = calls + 1
     try:
         try:
-            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), targets, DEFAULT_IGNORE)
         except DroppedInputError as exc:
             # No per-model list: an input counts as unused only if eager ignores it too.
             unused = [name for name in exc.inputs if not exc.calls and eager_ignores(model, samples[0], name) is True]
             if not unused or len(unused) < len(exc.inputs):
                 raise
             attempt.unused_inputs = unused
-            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE, unused_inputs=unused)
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), targets, DEFAULT_IGNORE, unused_inputs=unused)
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, "trace", exc, generated, original_file)
         return
@@ -535,7 +559,7 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
         stage = "run" if index == 0 else "reuse"
         try:
             with torch.no_grad():
-                outputs = run_subgraphs(model, path, sample)
+                outputs = run_subgraphs(model, path, fresh(sample))
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, stage, exc, generated, original_file)
             break
