@@ -242,3 +242,14 @@ def test_parameters_the_models_own_init_leaves_uninitialized_are_drawn_the_same_
         assert torch.isfinite(value).all() and 0.005 < value.std() < 0.05, (name, value.std())
     for (name, value), (_, again) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(value, again), name
+
+
+def test_a_known_transformers_bug_is_named_with_the_release_that_fixes_it():
+    from patcher.coverage.upstream import upstream_note
+
+    message = "The set of layer types producing a cache is different than the set of layer types using them"
+    note = upstream_note("gemma4_assistant", message, version="5.23.0")
+    assert note.startswith("[a transformers 5.23.0 bug, fixed in 5.24.0") and "--rows-from" in note and message in note
+    assert upstream_note("gemma4_assistant", message, version="5.24.0") is None
+    assert upstream_note("gemma4_text", message, version="5.23.0") is None
+    assert upstream_note("gemma4_assistant", "another error", version="5.23.0") is None

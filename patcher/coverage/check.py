@@ -260,7 +260,12 @@ def check_architecture(
         stage = "build"
         original = _build(cls, config, seed)
     except Exception as exc:  # noqa: BLE001
+        from .upstream import upstream_note
+
         row.stage, row.error = stage, _short(f"{type(exc).__name__}: {exc}")
+        known = upstream_note(row.model_type, str(exc))
+        if known:
+            row.error = _short(f"{type(exc).__name__}: {known}", 800)
         frame = _innermost_frame(exc)
         row.error_location = _Generated().location(*frame, None) if frame else None
         row.seconds = time.perf_counter() - start
