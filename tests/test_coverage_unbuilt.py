@@ -175,16 +175,22 @@ def test_a_cache_filled_by_called_modules_and_read_after_them_fails_loudly_and_i
             assert torch.equal(run_subgraphs(traceable, list(subgraphs), sample)["logits"], expected)
 
 
-def test_the_pi0_row_is_built_and_its_text_attempt_needs_the_robot_state(coverage_row):
+def test_the_pi0_row_follows_the_filled_cache_fix_and_equals_eager(coverage_row):
     from patcher.coverage.modalities.robot import NEEDS_ROBOT
+    from patcher.coverage.report import image_text_to_text
 
     require_classes("PI0ForConditionalGeneration")
     row = coverage_row("PI0ForConditionalGeneration")
     assert row.built and row.text.stage == NEEDS_ROBOT, (row.stage, row.error, row.text)
-    assert row.robot.ran and row.robot.influence > MIN_INFLUENCE, row.robot
-    # loud, with the fix above, until the sweep picks the expert's layers alone
-    assert row.robot.equal or row.robot.blocker_kind == "FilledCacheError", row.robot
-    assert blocker(row) is None if row.robot.equal else blocker(row)[0] == "trace: FilledCacheError"
+    robot = row.robot
+    assert robot.ran and robot.influence > MIN_INFLUENCE, robot
+    # the row's targets (GemmaDecoderLayer) match the VLM's layers too: traced on the expert's list alone
+    assert robot.targets == [r"re:model\.dit\.layers\.\d+"], robot
+    assert robot.traced and robot.subgraphs == robot.expected == 3, robot
+    assert robot.max_diff == 0.0 and robot.reuse_diff == 0.0 and robot.equal, robot
+    assert blocker(row) is None
+    assert f"targets {robot.targets[0]}" in markdown([row])
+    assert image_text_to_text([row], {row.architecture})["equal_with_images"] == 1
 
 
 HANDOVER = ["Qwen2_5OmniTalkerForConditionalGeneration", "Qwen3OmniMoeTalkerForConditionalGeneration",

@@ -48,6 +48,10 @@ class Attempt:
     blocker_location: str | None = None
     blocker_code: str | None = None
     unused_inputs: list[str] = field(default_factory=list)  # sample inputs eager ignores as well
+    #: the targets this attempt traced with where they are not the row's: the decoder's layer list
+    #: alone, after the row's layer classes (found elsewhere too) filled a cache the traced code
+    #: read (``patcher.trace.filled_caches``: PI0's VLM layers are its expert's class)
+    targets: list[str] = field(default_factory=list)
     #: whether the chain made eager's computing kernel calls on eager's layouts on the second sample
     #: (``patcher.verify.kernels``), which makes it equal on other CPUs too; None: not checked
     same_kernels: bool | None = None
@@ -352,7 +356,7 @@ def check_architecture(
     for attempt in attempts:
         if attempt.mode in samples:
             _attempt(attempt, traceable, original, row.targets, *samples[attempt.mode], generated, original_file,
-                     sweep_tolerance(atol))
+                     sweep_tolerance(atol), layer_list=layer_list)
     for mode, modality in modality_of.items():
         if modality.vision_blocks and mode in samples:
             _vision_blocks_attempt(row, cls, config, original, classes, samples[mode][:2], cache_dir, seed,
@@ -533,10 +537,19 @@ def _count_calls(model, targets, sample) -> int:
     return count_target_calls(model, targets, run)
 
 
+def _listed_layers(targets: list[str], layer_list: str | None) -> list[str] | None:
+    """The decoder's layer list alone as targets (``re:<list>.<n>``), where the row's targets are
+    class names; None where that changes nothing."""
+    if layer_list is None or any(target.startswith("re:") for target in targets):
+        return None
+    return [f"re:{re.escape(layer_list)}\\.\\d+"]
+
+
 def _attempt(attempt: Attempt, model, original, targets, samples, expected, calls, generated, original_file,
-             within) -> None:
+             within, layer_list: str | None = None) -> None:
     from ..partition import run_subgraphs, trace_subgraphs
     from ..trace import DEFAULT_IGNORE, DroppedInputError
+    from ..trace.filled_caches import FilledCacheError
 
     attempt.expected = calls + 1
     try:
@@ -549,6 +562,15 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
                 raise
             attempt.unused_inputs = unused
             subgraphs = trace_subgraphs(model, fresh(samples[0]), targets, DEFAULT_IGNORE, unused_inputs=unused)
+        except FilledCacheError:
+            # The error's fix, followed: modules of the layer classes outside the decoder's list
+            # (PI0's VLM) traced through, so that the cache they fill is in the graph.
+            listed = _listed_layers(targets, layer_list)
+            if listed is None:
+                raise
+            targets = attempt.targets = listed
+            attempt.expected = _count_calls(original, listed, {**fresh(samples[0]), **eager_inputs(original, {})}) + 1
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), listed, DEFAULT_IGNORE)
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, "trace", exc, generated, original_file)
         return

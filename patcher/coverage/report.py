@@ -157,7 +157,9 @@ def _attempt_cell(attempt: Attempt | None) -> str:
     if attempt is None:
         return "-"
     cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
-    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
+    notes = [f"influence {_diff(attempt.influence)}"] if attempt.influence is not None else []
+    notes += [f"targets {' '.join(attempt.targets)}"] if getattr(attempt, "targets", None) else []
+    return cell + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _failed_attempt_cell(attempt: Attempt) -> str:
@@ -189,7 +191,9 @@ def image_text_to_text(rows: list[CoverageRow], mapping: set[str] | None = None)
     built = [row for row in swept if row.built]
     # image_path None (an older report): counted as having one, so no failure is hidden
     with_path = [row for row in built if row.image_path is not False]
-    equal = [row for row in with_path if row.multimodal is not None and row.multimodal.equal]
+    equal = [row for row in with_path if any(attempt is not None and attempt.equal
+                                             for attempt in (getattr(row, modality.attempt, None)
+                                                             for modality in MODALITIES if modality.carries_images))]
     return {"in_mapping": len(mapping), "swept": len(swept), "built": len(built),
             "without_image_path": sorted(row.architecture for row in built if row.image_path is False),
             "with_image_path": len(with_path), "equal_with_images": len(equal),

@@ -115,4 +115,5 @@ IMAGES = Modality(
     chain_runs_varied=False,
     sample_location=builder_location,
     vision_blocks=True,
+    carries_images=True,
 )

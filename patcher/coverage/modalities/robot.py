@@ -96,4 +96,6 @@ ROBOT = Modality(
     vary=with_other_state,
     chain_runs_varied=True,
     sample_location=_sample_location,
+    # the camera images go through the VLM's tower into the cache the expert attends to
+    carries_images=True,
 )
