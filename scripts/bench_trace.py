@@ -27,7 +27,7 @@ Cases
 ``llama3-8b``   Meta-Llama-3-8B from the bundled config (patcher/models/configs), on the ``meta`` device;
                 targets ``LlamaDecoderLayer`` (32 of them).
 ``real``        every bundled real config (patcher/configs), on ``meta``, built and sampled as
-                ``patcher trace`` builds them (``patcher.attempt.prepare_trace``): the VLMs with an
+                ``patcher trace`` builds them (``patcher.models.attempt.prepare_trace``): the VLMs with an
                 image (``--multimodal``), the text models on text. Each tracer gets its own class
                 (tracezoo the zoo's drop-in where there is one, llmcompressor transformers' own,
                 which its tracer rewrites itself), the same sample and targets (tracezoo's default
@@ -228,7 +228,7 @@ def _build_real_config(case: str, tracer: str):
     """A bundled config's model on meta and its sample, as ``patcher trace`` builds them. The peer's
     interpreter imports tracezoo from this checkout for that only (its own torch and transformers)."""
     sys.path.insert(0, str(REPO))
-    from patcher.attempt import prepare_trace
+    from patcher.models.attempt import prepare_trace
     from patcher.models import resolve_model_class
     from patcher.plugins import drop_in_for
 

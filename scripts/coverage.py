@@ -13,6 +13,13 @@ only the pixels change (image influence), or the row fails. No hand-written hint
     .venv/bin/python scripts/coverage.py --only '*Qwen*' --jobs 2 --timeout 90
     .venv/bin/python scripts/coverage.py --sample 20 --list   # the fixed 20-architecture selection
 
+Classes whose packages do not install beside this environment's (timm's VLMs need torchvision) are
+swept in an environment that has them, and merged: a row that did not build here is replaced by that
+environment's row where it built there, marked with that environment in the report:
+
+    ~/.cache/tracezoo/envs/floor/bin/python scripts/coverage.py --only FastVlm,Gemma3n,PerceptionLM --out bench-out/floor
+    .venv/bin/python scripts/coverage.py --rows-from bench-out/floor/coverage.json
+
 The logic lives in ``patcher.coverage``.
 """
 
@@ -28,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from patcher.coverage.discover import architectures  # noqa: E402
+from patcher.coverage.elsewhere import load_rows, merge_rows  # noqa: E402
 from patcher.coverage.report import image_text_to_text_line, summary, top_blockers, write_reports  # noqa: E402
 from patcher.coverage.runner import progress_callback, run_architectures  # noqa: E402
 from patcher.verify.compare import sweep_tolerance  # noqa: E402
@@ -45,6 +53,9 @@ def main(argv=None) -> int:
     parser.add_argument("--atol", type=float, default=sweep_tolerance().atol,
                         help="largest |diff| that counts as equal (default: patcher.verify.TOLERANCES)")
     parser.add_argument("--no-multimodal", action="store_true", help="text samples only (no image samples)")
+    parser.add_argument("--rows-from", action="append", default=[], metavar="COVERAGE_JSON",
+                        help="a coverage.json of another environment's sweep: its built rows replace the rows "
+                             "that did not build here, marked with that environment (repeatable)")
     parser.add_argument("--start-method", default="forkserver", choices=["forkserver", "spawn"])
     args = parser.parse_args(argv)
 
@@ -60,6 +71,8 @@ def main(argv=None) -> int:
     rows = run_architectures(names, jobs=args.jobs, timeout=args.timeout, options=options,
                              start_method=args.start_method, on_row=progress)
     progress.close()
+    for path in args.rows_from:
+        rows = merge_rows(rows, *load_rows(path))
     elapsed = time.perf_counter() - start
     md_path, json_path = write_reports(rows, args.out, elapsed, meta={"args": vars(args)})
     print(f"wrote {md_path} and {json_path} ({elapsed:.0f} s)")

@@ -48,6 +48,10 @@ class Attempt:
     blocker_location: str | None = None
     blocker_code: str | None = None
     unused_inputs: list[str] = field(default_factory=list)  # sample inputs eager ignores as well
+    #: the targets this attempt traced with where they are not the row's: the decoder's layer list
+    #: alone, after the row's layer classes (found elsewhere too) filled a cache the traced code
+    #: read (``patcher.trace.filled_caches``: PI0's VLM layers are its expert's class)
+    targets: list[str] = field(default_factory=list)
     #: whether the chain made eager's computing kernel calls on eager's layouts on the second sample
     #: (``patcher.verify.kernels``), which makes it equal on other CPUs too; None: not checked
     same_kernels: bool | None = None
@@ -85,6 +89,9 @@ class CoverageRow:
     vision_blocks: Attempt | None = None
     vision_targets: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the environment whose sweep built this row when it is not this one's (``patcher.coverage.
+    #: elsewhere``: timm's VLMs, built where timm installs); None: built (or not) here
+    built_in: str | None = None
 
     @property
     def traced(self) -> bool:
@@ -234,6 +241,10 @@ def check_architecture(
     stage = "class"
     try:
         cls = resolve_model_class(name)
+        if has_no_forward(cls):
+            row.stage, row.error = NO_FORWARD, no_forward_message(cls)
+            row.seconds = time.perf_counter() - start
+            return row
         stage = "config"
         config = shrink_config(cls.config_class)
         fill_audio_ids(config, cls)
@@ -253,7 +264,12 @@ def check_architecture(
         stage = "build"
         original = _build(cls, config, seed)
     except Exception as exc:  # noqa: BLE001
+        from .upstream import upstream_note
+
         row.stage, row.error = stage, _short(f"{type(exc).__name__}: {exc}")
+        known = upstream_note(row.model_type, str(exc))
+        if known:
+            row.error = _short(f"{type(exc).__name__}: {known}", 800)
         frame = _innermost_frame(exc)
         row.error_location = _Generated().location(*frame, None) if frame else None
         row.seconds = time.perf_counter() - start
@@ -289,8 +305,8 @@ def check_architecture(
         try:
             # the graph is traced with the cache off; some caches fail on hybrid layer mixes
             extra = eager_inputs(original, {})
-            expected = [run_eagerly(original, sample) for sample in samples[attempt.mode]]
-            calls = _count_calls(original, row.targets, {**samples[attempt.mode][0], **extra})
+            expected = [run_eagerly(original, fresh(sample)) for sample in samples[attempt.mode]]
+            calls = _count_calls(original, row.targets, {**fresh(samples[attempt.mode][0]), **extra})
             samples[attempt.mode] = (samples[attempt.mode], expected, calls)
             attempt.ran = True
         except Exception as exc:  # noqa: BLE001
@@ -340,7 +356,7 @@ def check_architecture(
     for attempt in attempts:
         if attempt.mode in samples:
             _attempt(attempt, traceable, original, row.targets, *samples[attempt.mode], generated, original_file,
-                     sweep_tolerance(atol))
+                     sweep_tolerance(atol), layer_list=layer_list)
     for mode, modality in modality_of.items():
         if modality.vision_blocks and mode in samples:
             _vision_blocks_attempt(row, cls, config, original, classes, samples[mode][:2], cache_dir, seed,
@@ -363,6 +379,35 @@ def has_image_path(cls, config) -> bool:
     """Whether the class takes images at all: a pixel input in its forward, or a vision part in its
     config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
+
+
+#: The stage of a row whose class has no ``forward`` of its own (``nn.Module``'s
+#: ``_forward_unimplemented``): a top-level model whose ``generate`` calls its parts (Qwen2.5-Omni:
+#: thinker, talker, token2wav), each swept as a row of its own. Nothing to run or trace, so neither
+#: built nor a failure.
+NO_FORWARD = "no forward"
+
+
+def has_no_forward(cls) -> bool:
+    return getattr(cls, "forward", None) is torch.nn.Module.forward
+
+
+def no_forward_message(cls) -> str:
+    parts = sorted({type_name for type_name in _part_classes(cls)})
+    return (f"{cls.__name__} has no forward (nn.Module's _forward_unimplemented): its generate loop calls its parts"
+            + (f" ({', '.join(parts)}), each swept as a row of its own" if parts else "")
+            + "; nothing to trace here")
+
+
+def _part_classes(cls) -> list[str]:
+    """The generative classes of ``cls``'s modeling module that have a forward (the parts a
+    top-level ``generate`` calls)."""
+    from .discover import SUFFIXES
+
+    module = sys.modules.get(cls.__module__)
+    return [name for name, value in vars(module or object()).items()
+            if isinstance(value, type) and name.endswith(SUFFIXES) and issubclass(value, torch.nn.Module)
+            and not has_no_forward(value)]
 
 
 #: The stage of a vision-blocks attempt on a model whose images reach the text model without a
@@ -389,7 +434,7 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
             return
         targets = row.vision_targets + [target for target in row.targets if target not in row.vision_targets]
         extra = eager_inputs(original, {})
-        calls = _count_calls(original, targets, {**samples[0], **extra})
+        calls = _count_calls(original, targets, {**fresh(samples[0]), **extra})
         stage = "patch"
         patch_targets = list(dict.fromkeys([*classes, *(t for t in row.vision_targets if not t.startswith("re:"))]))
         traceable_cls = load_traceable(cls, targets=patch_targets, cache_dir=cache_dir)
@@ -406,8 +451,24 @@ def _vision_blocks_attempt(row: CoverageRow, cls, config, original, classes, sam
 def _text_samples(config, seed: int, model) -> list[dict]:
     """Two text samples: another batch size, length and left padding on the second, so the graph is
     reused on a new layout."""
+    from .assistant_samples import assistant_sample, check_states_reach_output, needs_target_states
     from ..samples.sweep import coverage_text_sample, with_encoder_embeds
 
+    from .handover_samples import check_handover_reaches_output, handover_builder, handover_samples
+
+    if handover_builder(model) is not None:
+        # a part of an Omni model: what the top-level generate hands it from the thinker
+        samples = handover_samples(model, config, seed)
+        check_handover_reaches_output(model, samples[0], seed, MIN_INFLUENCE)
+        return samples
+    if needs_target_states(model):
+        # a draft model: the target's states after its prefill of each text sample's tokens
+        text = config.get_text_config()
+        samples = [assistant_sample(config, coverage_text_sample(text, batch_size=batch, seq_len=length,
+                                                                 left_padding=padding, seed=seed + index), seed)
+                   for index, (batch, length, padding) in enumerate(((2, 7, 1), (3, 11, 2)))]
+        check_states_reach_output(model, samples[0], seed, MIN_INFLUENCE)
+        return samples
     return [with_encoder_embeds(model, coverage_text_sample(config, batch_size=2, seq_len=7, left_padding=1,
                                                              seed=seed), seed),
             with_encoder_embeds(model, coverage_text_sample(config, batch_size=3, seq_len=11, left_padding=2,
@@ -423,7 +484,7 @@ def check_influence(attempt: Attempt, modality: Modality, model, sample: dict, o
     config = getattr(model, "config", None)
     varied = modality.vary(sample, seed, config)
     with torch.no_grad():
-        reference = model(**varied, **extra)
+        reference = model(**fresh(varied), **extra)
     key, first = _output(output)
     _, second = _output(reference, key)
     attempt.influence = tensor_diff(first, second)
@@ -438,14 +499,32 @@ def check_influence(attempt: Attempt, modality: Modality, model, sample: dict, o
 
 
 def _mark_text_alone(text: Attempt, given: list[tuple[Modality, Attempt]]) -> None:
-    """A text attempt that failed in eager while a modality's attempt ran: the model needs that
-    input (decided by evidence, not by a list). Its error stays: what the forward said without it."""
-    if text.ran or text.stage != "eager":
+    """A text attempt that failed in eager (or whose text sample the config cannot give: PI0 has no
+    vocabulary of its own) while a modality's attempt ran: the model needs that input (decided by
+    evidence, not by a list). Its error stays: what the forward said without it."""
+    if text.ran or text.stage not in ("sample", "eager"):
         return
     for modality, attempt in given:
         if attempt.ran:
             text.stage = modality.text_alone
             return
+
+
+def fresh(sample: dict) -> dict:
+    """A copy of ``sample`` whose tensors (also inside dicts, tuples and lists) are clones: every
+    run gets its own, as every call of a generate loop does. The Qwen2.5-Omni talker adds its codec
+    embeddings into ``inputs_embeds`` in place: runs sharing one tensor would each start from
+    what the last one left."""
+    def copy(value):
+        if isinstance(value, torch.Tensor):
+            return value.clone()
+        if isinstance(value, dict):
+            return {key: copy(item) for key, item in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(copy(item) for item in value)
+        return value
+
+    return {key: copy(value) for key, value in sample.items()}
 
 
 def _count_calls(model, targets, sample) -> int:
@@ -458,22 +537,40 @@ def _count_calls(model, targets, sample) -> int:
     return count_target_calls(model, targets, run)
 
 
+def _listed_layers(targets: list[str], layer_list: str | None) -> list[str] | None:
+    """The decoder's layer list alone as targets (``re:<list>.<n>``), where the row's targets are
+    class names; None where that changes nothing."""
+    if layer_list is None or any(target.startswith("re:") for target in targets):
+        return None
+    return [f"re:{re.escape(layer_list)}\\.\\d+"]
+
+
 def _attempt(attempt: Attempt, model, original, targets, samples, expected, calls, generated, original_file,
-             within) -> None:
+             within, layer_list: str | None = None) -> None:
     from ..partition import run_subgraphs, trace_subgraphs
     from ..trace import DEFAULT_IGNORE, DroppedInputError
+    from ..trace.filled_caches import FilledCacheError
 
     attempt.expected = calls + 1
     try:
         try:
-            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE)
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), targets, DEFAULT_IGNORE)
         except DroppedInputError as exc:
             # No per-model list: an input counts as unused only if eager ignores it too.
             unused = [name for name in exc.inputs if not exc.calls and eager_ignores(model, samples[0], name) is True]
             if not unused or len(unused) < len(exc.inputs):
                 raise
             attempt.unused_inputs = unused
-            subgraphs = trace_subgraphs(model, samples[0], targets, DEFAULT_IGNORE, unused_inputs=unused)
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), targets, DEFAULT_IGNORE, unused_inputs=unused)
+        except FilledCacheError:
+            # The error's fix, followed: modules of the layer classes outside the decoder's list
+            # (PI0's VLM) traced through, so that the cache they fill is in the graph.
+            listed = _listed_layers(targets, layer_list)
+            if listed is None:
+                raise
+            targets = attempt.targets = listed
+            attempt.expected = _count_calls(original, listed, {**fresh(samples[0]), **eager_inputs(original, {})}) + 1
+            subgraphs = trace_subgraphs(model, fresh(samples[0]), listed, DEFAULT_IGNORE)
     except Exception as exc:  # noqa: BLE001
         _record_failure(attempt, "trace", exc, generated, original_file)
         return
@@ -489,7 +586,7 @@ def _attempt(attempt: Attempt, model, original, targets, samples, expected, call
         stage = "run" if index == 0 else "reuse"
         try:
             with torch.no_grad():
-                outputs = run_subgraphs(model, path, sample)
+                outputs = run_subgraphs(model, path, fresh(sample))
         except Exception as exc:  # noqa: BLE001
             _record_failure(attempt, stage, exc, generated, original_file)
             break

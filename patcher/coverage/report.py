@@ -8,13 +8,29 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from .check import NO_TOWER, Attempt, CoverageRow
+from .elsewhere import elsewhere_line, environment_name
+from .check import NO_FORWARD, NO_TOWER, Attempt, CoverageRow
 from ..samples.modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
 from ..samples.images.modality import NEEDS_IMAGES
+from ..samples.robot.modality import NEEDS_ROBOT
 
 
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "-"
+
+
+def no_forward(row: CoverageRow) -> bool:
+    """The class has no ``forward`` (``check.NO_FORWARD``): nothing to build, trace or fail."""
+    return not row.built and row.stage == NO_FORWARD
+
+
+def _forward_share(rows: list[CoverageRow]) -> str:
+    """`` (4 without a forward, built B of the N with one)``; empty when every class has one."""
+    without = sum(no_forward(row) for row in rows)
+    if not without:
+        return ""
+    built = sum(row.built for row in rows)
+    return f" ({without} without a forward, built {built} of the {len(rows) - without} with one)"
 
 
 def summary(rows: list[CoverageRow]) -> str:
@@ -25,7 +41,7 @@ def summary(rows: list[CoverageRow]) -> str:
     text_equal = [row for row in text_ran if row.text.equal]
     need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
     b = len(built)
-    return (f"{total} architectures: built {b} ({_pct(b, total)}); "
+    return (f"{total} architectures: built {b} ({_pct(b, total)}){_forward_share(rows)}; "
             f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
             + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built)"
@@ -81,7 +97,10 @@ def overall_line(rows: list[CoverageRow]) -> str:
     equal = sum(equal_on_every_input(row) for row in rows)
     labels = ", ".join(modality.label for modality in MODALITIES)
     *nouns, last = [modality.noun for modality in MODALITIES]
-    return (f"Equal on every input: {equal} of {len(rows)} ({_pct(equal, len(rows))}) are built, and every "
+    without = sum(no_forward(row) for row in rows)
+    return (f"Equal on every input: {equal} of {len(rows)} ({_pct(equal, len(rows))})"
+            + (f" ({equal} of the {len(rows) - without} with a forward)" if without else "")
+            + " are built, and every "
             f"attempt the sweep made on them (text, {labels}) is equal to eager; a "
             f"row whose {', '.join(nouns)} or {last} sample could not be built, or did not reach the logits, counts "
             "as not equal.")
@@ -138,7 +157,9 @@ def _attempt_cell(attempt: Attempt | None) -> str:
     if attempt is None:
         return "-"
     cell = "equal" if attempt.equal else _failed_attempt_cell(attempt) if attempt.traced else f"{attempt.stage}"
-    return cell + (f" (influence {_diff(attempt.influence)})" if attempt.influence is not None else "")
+    notes = [f"influence {_diff(attempt.influence)}"] if attempt.influence is not None else []
+    notes += [f"targets {' '.join(attempt.targets)}"] if getattr(attempt, "targets", None) else []
+    return cell + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _failed_attempt_cell(attempt: Attempt) -> str:
@@ -170,7 +191,9 @@ def image_text_to_text(rows: list[CoverageRow], mapping: set[str] | None = None)
     built = [row for row in swept if row.built]
     # image_path None (an older report): counted as having one, so no failure is hidden
     with_path = [row for row in built if row.image_path is not False]
-    equal = [row for row in with_path if row.multimodal is not None and row.multimodal.equal]
+    equal = [row for row in with_path if any(attempt is not None and attempt.equal
+                                             for attempt in (getattr(row, modality.attempt, None)
+                                                             for modality in MODALITIES if modality.carries_images))]
     return {"in_mapping": len(mapping), "swept": len(swept), "built": len(built),
             "without_image_path": sorted(row.architecture for row in built if row.image_path is False),
             "with_image_path": len(with_path), "equal_with_images": len(equal),
@@ -202,6 +225,8 @@ def _yes(value: bool | None) -> str:
 
 def blocker(row: CoverageRow) -> tuple[str, str, str, str] | None:
     """``(kind, location, code, message)`` of what stopped the row first; None if all equal."""
+    if no_forward(row):
+        return None
     if not row.built:
         attempt = row.text
         if attempt is not None and attempt.stage == "eager":
@@ -282,6 +307,8 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     header = ["architecture", "built", "traced", "subgraphs", "max diff", "reuse diff", "equal",
               *_modality_columns(), "blocker", "where", "rewrites"]
     lines = ["# tracezoo coverage", "", summary(rows), "", overall_line(rows), ""]
+    if elsewhere_line(rows):
+        lines += [elsewhere_line(rows), ""]
     if kernels_line(rows):
         lines += [kernels_line(rows), ""]
     per_modality = modality_lines(rows)
@@ -294,12 +321,12 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     for row in rows:
         text = row.text or Attempt("text")
         found = blocker(row)
-        needs_images = text.stage == NEEDS_IMAGES
+        needs_other = text.stage if text.stage in (NEEDS_IMAGES, NEEDS_ROBOT) else None
         cells = [
-            row.architecture, _yes(row.built),
-            NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
+            row.architecture, NO_FORWARD if no_forward(row) else _yes(row.built) + (f" ({row.built_in})" if row.built_in else ""),
+            needs_other if needs_other else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
-            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_other else "",
             *_modality_cells(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),
@@ -337,7 +364,7 @@ def write_reports(rows: list[CoverageRow], out: str | Path, elapsed: float | Non
     out.mkdir(parents=True, exist_ok=True)
     md_path, json_path = out / "coverage.md", out / "coverage.json"
     md_path.write_text(generated_header() + markdown(rows, elapsed), encoding="utf-8")
-    payload = {"summary": summary(rows), "overall": overall_line(rows), "kernels": kernels_line(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
+    payload = {"environment": environment_name(), "summary": summary(rows), "elsewhere": elsewhere_line(rows), "overall": overall_line(rows), "kernels": kernels_line(rows), "image_text_to_text": {"line": image_text_to_text_line(rows),
                                                                  **image_text_to_text(rows)},
                "elapsed_s": elapsed, **(meta or {}),
                "top_blockers": [{"blocker": key, "count": number, "examples": examples}

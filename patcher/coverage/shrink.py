@@ -47,6 +47,7 @@ _WIDTH = {
     "projection_hidden_size", "projector_input_dim", "projector_output_dim", "emb_dim", "hidden_size_global",
     "hidden_sizes", "condition_dim", "adapter_in_dim", "adapter_out_dim", "adapter_input_size",
     "cross_hidden_size",  # Dia's decoder: the width of the encoder states it cross-attends to
+    "backbone_hidden_size",  # Gemma 4's assistants, Csm's depth decoder: the target's (backbone's) width
     # Phi-4 multimodal's audio conformer: its convolution module's output channels, which its blocks
     # add back onto their hidden states (1024 with hidden_size 1024)
     "ext_pw_out_channel", "depthwise_separable_out_channel",
@@ -957,6 +958,16 @@ CHECKPOINT_VISION_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Sub-configs whose class default fails the config's own validation, replaced (by ``model_type``,
+#: before shrinking) with the fields every checkpoint sets. Gemma 4's assistant takes the default
+#: ``gemma4_text`` config, the E2B target's (per-layer inputs of 256), which its
+#: ``validate_architecture`` refuses: an assistant has no per-layer inputs (the checkpoints'
+#: ``hidden_size_per_layer_input`` and ``vocab_size_per_layer_input`` are 0).
+CHECKPOINT_SUB_CONFIGS: dict[str, dict[str, Any]] = {
+    "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}},
+}
+
+
 #: Fields ``to_dict()`` writes into every sub-config at these values, which some sub-config classes
 #: refuse back (transformers 5.10's Dbrx attention and FFN configs: "Found unknown
 #: kwargs={'_name_or_path': '', 'output_attentions': False}"); left out, each is its default again.
@@ -981,7 +992,8 @@ def _with_vision(config_class: type):
     checkpoint = CHECKPOINT_VISION_CONFIGS.get(getattr(config_class, "model_type", None))
     if checkpoint is not None:
         return config_class(vision_config=copy.deepcopy(checkpoint))
-    config = config_class()
+    sub_configs = CHECKPOINT_SUB_CONFIGS.get(getattr(config_class, "model_type", None), {})
+    config = config_class(**copy.deepcopy(sub_configs))
     defaults = getattr(config_class, "sub_configs_defaults", None)
     if defaults is not None:
         optional = getattr(defaults.get("vision_config"), "optional", False)

@@ -467,9 +467,48 @@ def random_model(model_class: type, config: PretrainedConfig, seed: int = 0, dty
     import torch
 
     torch.manual_seed(seed)
-    model = build_model(model_class, config, device="cpu")
+    with _uninitialized_memory_as_nan():
+        model = build_model(model_class, config, device="cpu")
+    draw_uninitialized_parameters(model, seed)
     wake_zero_parameters(model, seed)
     return model.to(dtype or torch.float32).eval()
+
+
+@contextlib.contextmanager
+def _uninitialized_memory_as_nan():
+    """``torch.empty`` gives NaN inside (torch's deterministic fill of uninitialized memory), so a
+    parameter the model's own init never writes is found afterwards instead of holding whatever
+    the allocator had there."""
+    import torch
+
+    deterministic, warn_only = torch.are_deterministic_algorithms_enabled(), \
+        torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+
+
+def draw_uninitialized_parameters(model, seed: int) -> list[str]:
+    """Give every float parameter and buffer the build left uninitialized (NaN, see
+    :func:`_uninitialized_memory_as_nan`) a seeded ``0.02 * randn``, as ``initializer_range`` would;
+    returns their names. transformers 5.23's Qwen3-Omni talker leaves its MoE experts so (its
+    ``_init_weights`` checks the thinker's experts class, not the talker's): they held leftover
+    memory, other values on every build, ~1e-43 or NaN."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 2)
+    drawn = []
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if tensor.numel() and tensor.is_floating_point() and torch.isnan(tensor).all():
+                tensor.copy_((0.02 * torch.randn(tensor.shape, generator=generator)).to(tensor.dtype))
+                drawn.append(name)
+    return drawn
 
 
 def wake_zero_parameters(model, seed: int) -> None:
@@ -490,4 +529,4 @@ def wake_zero_parameters(model, seed: int) -> None:
                 parameter.copy_(value.to(parameter.dtype))
 
 
-__all__ = ["UserInputError", "build_model", "random_model", "wake_zero_parameters", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]
+__all__ = ["UserInputError", "build_model", "random_model", "draw_uninitialized_parameters", "wake_zero_parameters", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

@@ -48,6 +48,9 @@ class Modality:
     sample_location: Callable[[Any], str | None] = lambda config: None
     #: whether its samples are run again with the vision tower's blocks as targets too
     vision_blocks: bool = False
+    #: whether its samples carry images (a policy's camera images): an equal attempt counts as
+    #: equal with images in the image-text-to-text metric
+    carries_images: bool = False
 
     def given_to(self, rows) -> list:
         """The attempts of this modality in ``rows`` (rows of classes not given it have none)."""

@@ -26,6 +26,7 @@ from .explain import explained
 from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message, \
     unpacked_item
 from .errors import SharedStateError
+from .filled_caches import check_no_read_after_fill
 from .hooks import check_leaf_output_capture, check_no_global_hooks, check_traced_through, replay_hidden_state_capture
 from .influence import eager_ignores
 from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_checked, structured
@@ -461,6 +462,7 @@ def trace_graph(
     result = retraced_with_leaf_structures(tracing, result)
     check_leaf_state_unchanged(model, result.changes)
     check_no_hidden_targets(result.graph, model, arguments.targets)
+    check_no_read_after_fill(result.graph, result.tracer.constants, type(model).__name__)
     check_inputs_reach_output(result.graph, sample_input, model_name=type(model).__name__,
                               unused_inputs=arguments.unused_inputs,
                               eager_ignores=lambda name: eager_ignores(model, sample_input, name))

@@ -37,6 +37,7 @@ FEATURE_COUNT_INPUTS = ("audio_embed_sizes",)
 AUDIO_CONFIGS = ("audio_config", "encoder_config", "speech_config", "audio_encoder_config")
 #: config fields giving the width of one feature frame (mel bins)
 MEL_FIELDS = ("num_mel_bins", "input_feat_per_channel", "feature_size", "n_mels", "input_size", "input_dim",
+              "input_feat_size",  # Gemma 3n's USM audio tower
               "num_mel_filters", "num_chroma", "d_model")
 #: config fields counting the mel frames a low-frame-rate feature extractor stacks into one feature
 #: frame (Fun-ASR's LFR: 7 frames of 80 bins make one 560-wide frame)

@@ -117,6 +117,7 @@ IMAGES = Modality(
     input_name="pixel_values",
     sample_location=builder_location,
     vision_blocks=True,
+    carries_images=True,
 )
 
 #: what :mod:`patcher.samples.modalities` finds

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from patcher import trace_subgraphs
-from patcher.attempt import prepare_trace
+from patcher.models.attempt import prepare_trace
 from patcher.trace import state
 from patcher.trace.moved_code import function_tree
 from patcher.trace.state import StateSnapshot
