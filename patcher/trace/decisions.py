@@ -81,9 +81,19 @@ class Decisions:
 
 def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
                  constants: Mapping[str, Any]) -> bool:
-    """The value ``node`` (a decided condition) has for ``sample``: the nodes of ``graph`` it
-    depends on, run on a copy of the sample's tensors (a node writing into an input in place must
-    not change the sample the trace goes on with)."""
+    """The value ``node`` (a decided condition) has for ``sample`` (see :func:`sample_result`)."""
+    try:
+        return bool(sample_result(graph, node, model, sample, constants))
+    except Exception as exc:
+        raise TracingError(f"could not work out the condition of {describe_node(node)} for the sample, which the "
+                           f"tracer needs to follow its branch: {type(exc).__name__}: {exc}") from exc
+
+
+def sample_result(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
+                  constants: Mapping[str, Any]) -> Any:
+    """The value ``node`` has for ``sample``: the nodes of ``graph`` it depends on, run on a copy of
+    the sample's tensors (a node writing into an input in place must not change the sample the
+    trace goes on with). Raises what the run raises."""
     needed: set[fx.Node] = set()
     stack = [node]
     while stack:
@@ -99,14 +109,9 @@ def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mappi
     partial.output(copies[node])
     names = [placeholder.target for placeholder in partial.find_nodes(op="placeholder")]
     inputs = [_copied(sample[name]) for name in names]
-    try:
-        with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
-            value = run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
-                              "the part of the graph a branch decision reads")
-        return bool(value)
-    except Exception as exc:
-        raise TracingError(f"could not work out the condition of {describe_node(node)} for the sample, which the "
-                           f"tracer needs to follow its branch: {type(exc).__name__}: {exc}") from exc
+    with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
+        return run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
+                         "the part of the graph a decision of the trace reads")
 
 
 def _copied(value: Any) -> Any:

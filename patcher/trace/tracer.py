@@ -64,6 +64,7 @@ from .hooks import (
 from .matching import REGEX_PREFIX, ModulePattern, match_modules, parse_patterns, resolve_targets
 from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_queries
 from .moved_code import NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children
+from .none_decisions import DecidedTuple, NoneDecisions
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
@@ -130,7 +131,8 @@ class SequentialTracer(fx.Tracer):
     def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
                  leaf_outputs: Mapping[nn.Module, list[Any]] | None = None,
                  leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
-                 settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None):
+                 settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None,
+                 none_decisions: NoneDecisions | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
@@ -143,6 +145,7 @@ class SequentialTracer(fx.Tracer):
         # runs: named by the error of a trace that fails after taking one for a value
         self.opaque_none_results: list[tuple[fx.Node, Any, list[NoneResult]]] = []
         self.decisions = decisions if decisions is not None else Decisions()
+        self.none_decisions = none_decisions if none_decisions is not None else NoneDecisions()
         self.traced_modules = traced_modules
         self.target_names = target_names
         # what each call of a leaf returned in eager, in call order (see leaf_outputs.py)
@@ -363,6 +366,9 @@ class SequentialTracer(fx.Tracer):
             if is_wrapped_name(getattr(target, "__name__", "")):
                 results = none_results(target, args, kwargs)
                 if results:
+                    decided = self.none_decisions.apply(self, proxy, target, results)
+                    if decided is not proxy:
+                        return decided  # None where the sample has None (see patcher.trace.none_decisions)
                     self.opaque_none_results.append((proxy.node, target, results))
             return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
         return proxy
@@ -446,7 +452,7 @@ class SequentialTracer(fx.Tracer):
             return self._state_now(state)
         if isinstance(a, Items):  # by reference: fx would rebuild a dataclass from its fields
             return self._reference(a)
-        if type(a) in (_TracedThroughTuple, _TracedThroughDict):
+        if type(a) in (_TracedThroughTuple, _TracedThroughDict, DecidedTuple):
             return self.create_arg(tuple(a) if isinstance(a, tuple) else dict(a))
         if isinstance(a, torch.device):
             node = self._device_arg(a)
@@ -810,16 +816,18 @@ def trace_graph(
     original_class = type(model)
     traced_class = type(original_class.__name__, (original_class,), {"_tracezoo_root_forward": root_forward})
     decisions = Decisions()
+    none_decisions = NoneDecisions()
 
     def traced(leaf_outputs=None, leaf_output_keys=None, settled_settings=None):
         decisions.restart()
-        while True:  # once, plus once more per branch condition decided from the sample (see .decisions)
+        none_decisions.restart()
+        while True:  # once, plus once more per condition decided from the sample (see .decisions, .none_decisions)
             tracer = SequentialTracer(model, traced_modules, set(targets), leaf_outputs, leaf_output_keys,
-                                      settled_settings, decisions)
+                                      settled_settings, decisions, none_decisions)
             tracer.sample_ranks = {key: sample_input[key].ndim for key in placeholders
                                    if isinstance(sample_input[key], torch.Tensor)}
             tracer.traced_func_name = "_tracezoo_root_forward"
-            needed = None
+            needed = failure = None
             with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, ignore), \
                     traced_dtype_queries(), _recorded_module_devices(tracer), _swapped_class(model, traced_class):
                 try:
@@ -829,16 +837,24 @@ def trace_graph(
                 except Exception as exc:  # every failure gets a source location when one exists
                     if tracer.unpacked_without_keys and leaf_output_keys is None:
                         return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
-                    raise _explain(exc, model, tracer, original_class) from exc
+                    failure = exc
                 else:
                     # Leaves run later, reading their attributes then: a write made while tracing is
                     # undone below, so the graph would silently run them in the state from before it.
                     changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+            # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
+            # Moved code's results first: one that is None for the sample changes the path after it.
+            if none_decisions.decide_pending(tracer.graph, model, sample_input, tracer.constants):
+                decisions.restart()
+                none_decisions.restart()
+                continue
+            if failure is not None:
+                raise _explain(failure, model, tracer, original_class) from failure
             if needed is None:
                 break
-            # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
             decisions.add(sample_value(tracer.graph, needed, model, sample_input, tracer.constants))
             decisions.restart()
+            none_decisions.restart()
         tracer.drop_unread_items(graph)
         return tracer, graph, changes
 
