@@ -155,3 +155,31 @@ def test_moshi_traces_without_labels_into_one_subgraph_per_decoder_layer_equal_t
     with torch.no_grad():
         expected = model(**sample, use_cache=False).logits
         assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_targets_the_patch_was_not_told_name_the_load_that_keeps_them_out_of_moved_code(use_cache):
+    """xLSTM's training branch (a branch on a shape around its blocks) is moved into one call when
+    the model is patched without targets (`load_traceable(cls)`), which then swallows every block;
+    the error names the load that keeps them out, and following it traces equal to eager (the
+    coverage sweep patches with the targets it traces with)."""
+    import transformers
+
+    from patcher import load_traceable
+    from patcher.coverage import shrink_config
+
+    config = shrink_config(transformers.xLSTMConfig)
+    config.use_cache = use_cache  # the trace runs with the cache off either way
+    sample = {"input_ids": torch.randint(0, config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))}
+    with pytest.raises(MissingTargetsError) as raised:
+        trace_subgraphs(load_traceable(transformers.xLSTMForCausalLM)(config).eval(), sample, ["xLSTMBlock"])
+    assert "load_traceable(xLSTMForCausalLM, targets=['xLSTMBlock'])" in str(raised.value)
+    torch.manual_seed(0)
+    model = load_traceable(transformers.xLSTMForCausalLM, targets=["xLSTMBlock"])(config).eval()
+    subgraphs = trace_subgraphs(model, sample, ["xLSTMBlock"])
+    assert len(subgraphs) == config.num_hidden_layers + 1
+    other = {"input_ids": torch.randint(0, config.vocab_size, (1, 11), generator=torch.Generator().manual_seed(1))}
+    with torch.no_grad():
+        for inputs in (sample, other):
+            expected = model(**inputs, use_cache=False).logits
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], expected)

@@ -34,6 +34,7 @@ import operator
 import re
 import textwrap
 import types
+from pathlib import Path
 from typing import Any, Callable
 
 from torch import fx, nn
@@ -315,3 +316,25 @@ def moved_from(function: Any) -> str | None:
     except (OSError, TypeError):
         return None
     return next((origin for origin in map(noted_origin, lines) if origin), None)
+
+
+def untold_targets_fix(model: nn.Module, functions: list[Callable], hidden: list[nn.Module]) -> str | None:
+    """The fix for targets that ``functions`` (moved code) swallowed where the patcher could have kept
+    them out: their classes are defined in the file the code was moved from, but the model's class
+    was patched without them as targets (``load_traceable(cls)``: xLSTM's blocks, run by its moved
+    training branch). None where that is not so."""
+    patch = getattr(type(model), "__tracezoo_patch__", None)
+    told = set(getattr(patch, "manifest", {}).get("patch_targets", ()) or ())
+    classes = sorted({type(module).__name__ for module in hidden})
+    if patch is None or not classes or told & set(classes):
+        return None
+    # the target classes are the generated module's own, or (left unchanged) the original file's
+    files = {Path(inspect.getsourcefile(type(module)) or "").name for module in hidden}
+    modules = {type(module).__module__ for module in hidden}
+    origins = {function: (moved_from(function) or "").split(":", 1)[0] for function in functions}
+    if not origins or not all(function.__module__ in modules or origin in files for function, origin in origins.items()):
+        return None
+    return (f"{', '.join(sorted(set(origins.values())))} defines these targets, but {type(model).__name__} was patched without them "
+            f"as targets, so the patcher moved the code that runs them into {', '.join(f.__name__ for f in functions)}. "
+            f"Load the model with load_traceable({type(model).__name__}, targets={classes!r}) (the targets you "
+            "trace with): the patcher then keeps them out of the code it moves.")

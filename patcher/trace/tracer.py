@@ -63,7 +63,8 @@ from .hooks import (
 )
 from .matching import REGEX_PREFIX, ModulePattern, match_modules, parse_patterns, resolve_targets
 from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_queries
-from .moved_code import NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children
+from .moved_code import (NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children,
+                         untold_targets_fix)
 from .none_decisions import DecidedTuple, NoneDecisions
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
@@ -1102,6 +1103,7 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
         if node.target not in targets:
             holders.setdefault(node.target, f"module '{node.target}'")
     handed: dict[str, set[str]] = {}  # path -> the calls a module there is handed to
+    functions: dict[str, Any] = {}  # name -> the function of a call a module is handed to
     for node in graph.find_nodes(op="get_attr"):
         path = "" if node.target == ROOT_ATTRIBUTE else node.target
         module = model if not path else _resolve(model, path)
@@ -1111,6 +1113,7 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
             handed.setdefault(path, set()).add("an opaque call")
         for user in node.users:
             how = getattr(user.target, "__name__", str(user.target))
+            functions.setdefault(how, user.target)
             # moved code that reads only some children of the module reaches only their subtrees
             children = reached_children(user, node, module)
             for reached in [path] if children is None else [f"{path}.{child}" if path else child
@@ -1139,6 +1142,8 @@ def _check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[st
                    "traced value around the call that reaches these targets, which are defined in another "
                    "modeling file). Leave these targets out (e.g. the tower's blocks: the tower then runs "
                    "whole inside that call), or cut at targets the branch does not reach.")
+            fix = untold_targets_fix(model, [functions[how] for how in moved if how in functions],
+                                     [targets[name] for name in missing]) or fix
         raise MissingTargetsError(
             f"{len(missing)} sequential target(s) are missing from the graph: {detail}. {fix}",
             missing,
