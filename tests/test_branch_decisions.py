@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from torch import nn
 
 from patcher.partition import run_subgraphs, trace_subgraphs
 from patcher.rewrite import patch_source
@@ -194,3 +195,39 @@ def test_an_input_deciding_a_nested_test_otherwise_is_refused(rank_models, other
         eager(**other)  # eager runs it
         with pytest.raises(refusal, match=message):
             run_subgraphs(traceable, subgraphs, other)
+
+
+class ChunkedEncoder(nn.Module):
+    """Encodes a clip chunk by chunk, carrying a cache from one chunk to the next (as VibeVoice
+    ASR's tokenizers do): a Python loop over the pieces of a split traced value."""
+
+    def __init__(self, chunk_size: int, by_method: bool):
+        super().__init__()
+        self.chunk_size, self.by_method = chunk_size, by_method
+        self.encode = nn.Linear(chunk_size, 4)
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+    def forward(self, clip):
+        pieces = clip.split(self.chunk_size, dim=-1) if self.by_method else torch.split(clip, self.chunk_size, dim=-1)
+        cache, encoded = None, []
+        for piece in pieces:
+            hidden = self.encode(piece) if cache is None else self.encode(piece) + cache
+            encoded.append(hidden)
+            cache = hidden
+        hidden = torch.stack(encoded, dim=1)
+        for layer in self.layers:
+            hidden = torch.relu(layer(hidden))
+        return {"logits": hidden}
+
+
+@pytest.mark.parametrize("by_method", [False, True], ids=["torch.split", "Tensor.split"])
+def test_a_loop_over_a_split_runs_the_samples_count_of_pieces_and_refuses_another(by_method):
+    torch.manual_seed(0)
+    model = ChunkedEncoder(chunk_size=5, by_method=by_method).eval()
+    sample = {"clip": torch.randn(2, 15)}
+    subgraphs = trace_subgraphs(model, sample, [r"re:layers\.\d+"])
+    with torch.no_grad():
+        for inputs in (sample, {"clip": torch.randn(4, 15)}):
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])
+        with pytest.raises(BranchDecisionError, match="gives 4 pieces here and gave 3 while tracing"):
+            run_subgraphs(model, subgraphs, {"clip": torch.randn(2, 20)})

@@ -66,6 +66,7 @@ from .opaque import callable_names, mapping_result, opaque_calls, traced_dtype_q
 from .moved_code import (NoneResult, may_return_none, moved_from, none_result_reaching, none_results, reached_children,
                          untold_targets_fix)
 from .none_decisions import DecidedTuple, NoneDecisions
+from .decided_lengths import check_decided_length, splits_a_tensor
 from .record import TraceRecord, is_trace_constant, mode_exceptions, same_constant
 from .shared_state import can_be_state, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
@@ -270,6 +271,13 @@ class SequentialTracer(fx.Tracer):
             self.unpacked_without_keys = True
             return super().keys(obj)
         return list(keys)
+
+    def iter(self, obj: fx.Proxy):
+        """A loop over a split of a tensor (``for chunk in torch.split(x, n)``): over the sample's
+        count, checked at every run (see :mod:`patcher.trace.decided_lengths`); any other is refused."""
+        if splits_a_tensor(obj.node):
+            return iter([obj[index] for index in range(self.decisions.answer_length(self, obj, check_decided_length))])
+        return super().iter(obj)
 
     def to_bool(self, obj: fx.Proxy) -> bool:
         """A condition the patcher left to the tracer (``_decided_*``): the sample's answer, checked
@@ -834,7 +842,7 @@ def trace_graph(
                 try:
                     graph = tracer.trace(model)
                 except DecisionNeeded as stop:
-                    needed = stop.node
+                    needed = stop
                 except Exception as exc:  # every failure gets a source location when one exists
                     if tracer.unpacked_without_keys and leaf_output_keys is None:
                         return tracer, None, exc  # `**` of a leaf's output: its keys are known once it ran
@@ -853,7 +861,7 @@ def trace_graph(
                 raise _explain(failure, model, tracer, original_class) from failure
             if needed is None:
                 break
-            decisions.add(sample_value(tracer.graph, needed, model, sample_input, tracer.constants))
+            decisions.add(sample_value(tracer.graph, needed.node, model, sample_input, tracer.constants, needed.measure))
             decisions.restart()
             none_decisions.restart()
         tracer.drop_unread_items(graph)
