@@ -231,3 +231,39 @@ def test_a_loop_over_a_split_runs_the_samples_count_of_pieces_and_refuses_anothe
             assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])
         with pytest.raises(BranchDecisionError, match="gives 4 pieces here and gave 3 while tracing"):
             run_subgraphs(model, subgraphs, {"clip": torch.randn(2, 20)})
+
+
+def test_vibevoice_asr_encodes_its_clip_chunk_by_chunk_in_the_graph_equal_to_eager():
+    """VibeVoice ASR's get_audio_features loops over `torch.split(input_values, chunk_size)` around
+    its tokenizer encoders; the loop is traced over the sample's chunks, equal to eager on two clip
+    layouts, and a clip of more chunks is refused."""
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable
+    from patcher.audio import fill_audio_ids
+    from patcher.coverage import shrink_config
+    from patcher.coverage.check import _build
+    from patcher.coverage.modalities.audio import audio_samples
+
+    cls = transformers.VibeVoiceAsrForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    fill_audio_ids(config, cls)
+    # chunks of 60 s by default: the clips in chunks of 3200 samples instead, the cache carried over
+    config.acoustic_tokenizer_chunk_size = 3200
+    original = _build(cls, config, 0).eval()
+    samples = audio_samples(config, original, 0)  # 6400 samples (2 chunks), then 9600 (3 chunks)
+    # patched with its targets (as the sweep does), the loop stays in the code: the tokenizers' cache
+    # layers it reaches hold the decoder's layer types (patched without, the loop is one opaque call)
+    model = _build(load_traceable(cls, targets=["Qwen2DecoderLayer"]), config, 0).eval()
+    model.load_state_dict(original.state_dict())
+    subgraphs = list(trace_subgraphs(model, samples[0], ["Qwen2DecoderLayer"], DEFAULT_IGNORE))
+    assert len(subgraphs) == config.get_text_config().num_hidden_layers + 1
+    one_row = {key: value[:1] if isinstance(value, torch.Tensor) else value  # another shape, two chunks too
+               for key, value in samples[0].items()}
+    with torch.no_grad():
+        for sample in (samples[0], one_row):
+            expected = original(**sample, use_cache=False).logits
+            assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+        original(**samples[1], use_cache=False)  # eager runs three chunks
+        with pytest.raises(BranchDecisionError, match="gives 3 pieces here and gave 2 while tracing"):
+            run_subgraphs(model, subgraphs, samples[1])

@@ -275,7 +275,9 @@ class SequentialTracer(fx.Tracer):
     def iter(self, obj: fx.Proxy):
         """A loop over a split of a tensor (``for chunk in torch.split(x, n)``): over the sample's
         count, checked at every run (see :mod:`patcher.trace.decided_lengths`); any other is refused."""
-        if splits_a_tensor(obj.node):
+        # Not inside an attempt to trace moved code through: the attempt is taken back when it fails, and
+        # proxies of the leaves the loop called would outlive it (the loop stays in the opaque call, as before).
+        if splits_a_tensor(obj.node) and self._cache_keys_added is None:
             return iter([obj[index] for index in range(self.decisions.answer_length(self, obj, check_decided_length))])
         return super().iter(obj)
 
