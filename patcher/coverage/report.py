@@ -197,7 +197,31 @@ def image_text_to_text(rows: list[CoverageRow], mapping: set[str] | None = None)
     return {"in_mapping": len(mapping), "swept": len(swept), "built": len(built),
             "without_image_path": sorted(row.architecture for row in built if row.image_path is False),
             "with_image_path": len(with_path), "equal_with_images": len(equal),
-            "not_equal_with_images": sorted(row.architecture for row in with_path if row not in equal)}
+            "not_equal_with_images": sorted(row.architecture for row in with_path if row not in equal),
+            "not_equal_reasons": {row.architecture: not_equal_with_images_reason(row)
+                                  for row in sorted(with_path, key=lambda row: row.architecture) if row not in equal}}
+
+
+def not_equal_with_images_reason(row: CoverageRow) -> str:
+    """Why a class of the mapping that takes images is not equal with them: never given images (no
+    sample builder for its model type), or where its image attempt stopped."""
+    attempt = row.multimodal
+    if attempt is None:
+        return (f"never run with images: no image sample builder for model type {row.model_type!r} "
+                "(patcher.images layouts, the zoo's builders)")
+    if attempt.traced:
+        return _failed_attempt_cell(attempt)
+    error = f": {attempt.error[:160]}" if attempt.error else ""
+    where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
+    return f"{attempt.stage or 'not run'}{error}{where}"
+
+
+def not_equal_with_images_lines(rows: list[CoverageRow], mapping: set[str] | None = None) -> list[str]:
+    """One line per class of the image-text-to-text line that takes images and is not equal with them."""
+    reasons = image_text_to_text(rows, mapping)["not_equal_reasons"]
+    if not reasons:
+        return []
+    return ["Not equal with images:", "", *(f"- {name}: {reason}" for name, reason in reasons.items()), ""]
 
 
 def image_text_to_text_line(rows: list[CoverageRow], mapping: set[str] | None = None) -> str:
@@ -315,6 +339,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     if per_modality:
         lines += ["Per modality:", "", *per_modality, ""]
     lines += [image_text_to_text_line(rows), ""]
+    lines += not_equal_with_images_lines(rows)
     if elapsed is not None:
         lines += [f"Sweep time: {elapsed:.0f} s", ""]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

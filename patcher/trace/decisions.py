@@ -16,7 +16,7 @@ k-th of the next).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import fx, nn
@@ -35,9 +35,10 @@ class DecisionNeeded(BaseException):
     """Stops a trace at a condition not decided yet. A BaseException, so that model code catching
     ``Exception`` around the branch (a fallback path) cannot swallow it."""
 
-    def __init__(self, node: fx.Node):
+    def __init__(self, node: fx.Node, measure: Callable[[Any], Any] = bool):
         super().__init__(node.name)
         self.node = node
+        self.measure = measure  # what of the node's value for the sample is decided (bool, len)
 
 
 def is_decision(node: fx.Node) -> bool:
@@ -72,7 +73,17 @@ class Decisions:
         tracer.create_proxy("call_function", check_branch_decision, (proxy, value, describe_node(proxy.node)), {})
         return value
 
-    def add(self, value: bool) -> None:
+    def answer_length(self, tracer: fx.Tracer, proxy: fx.Proxy, check: Callable) -> int:
+        """How many items ``proxy`` (a sequence of tensors) has for the sample; ``check(value, count,
+        where)`` is added to the graph to refuse a run with another count."""
+        if self.used == len(self.values):
+            raise DecisionNeeded(proxy.node, len)
+        count = self.values[self.used]
+        self.used += 1
+        tracer.create_proxy("call_function", check, (proxy, count, describe_node(proxy.node)), {})
+        return count
+
+    def add(self, value: bool | int) -> None:
         if len(self.values) >= MAX_DECISIONS:
             raise TracingError(f"more than {MAX_DECISIONS} branch decisions in one trace: refused, since the "
                                "trace does not come to an end")
@@ -80,10 +91,21 @@ class Decisions:
 
 
 def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
-                 constants: Mapping[str, Any]) -> bool:
-    """The value ``node`` (a decided condition) has for ``sample``: the nodes of ``graph`` it
-    depends on, run on a copy of the sample's tensors (a node writing into an input in place must
-    not change the sample the trace goes on with)."""
+                 constants: Mapping[str, Any], measure: Callable[[Any], Any] = bool) -> Any:
+    """``measure`` of the value ``node`` (a decided condition, a sequence of decided length) has
+    for ``sample`` (see :func:`sample_result`)."""
+    try:
+        return measure(sample_result(graph, node, model, sample, constants))
+    except Exception as exc:
+        raise TracingError(f"could not work out the condition of {describe_node(node)} for the sample, which the "
+                           f"tracer needs to follow its branch: {type(exc).__name__}: {exc}") from exc
+
+
+def sample_result(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
+                  constants: Mapping[str, Any]) -> Any:
+    """The value ``node`` has for ``sample``: the nodes of ``graph`` it depends on, run on a copy of
+    the sample's tensors (a node writing into an input in place must not change the sample the
+    trace goes on with). Raises what the run raises."""
     needed: set[fx.Node] = set()
     stack = [node]
     while stack:
@@ -99,14 +121,9 @@ def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mappi
     partial.output(copies[node])
     names = [placeholder.target for placeholder in partial.find_nodes(op="placeholder")]
     inputs = [_copied(sample[name]) for name in names]
-    try:
-        with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
-            value = run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
-                              "the part of the graph a branch decision reads")
-        return bool(value)
-    except Exception as exc:
-        raise TracingError(f"could not work out the condition of {describe_node(node)} for the sample, which the "
-                           f"tracer needs to follow its branch: {type(exc).__name__}: {exc}") from exc
+    with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
+        return run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
+                         "the part of the graph a decision of the trace reads")
 
 
 def _copied(value: Any) -> Any:

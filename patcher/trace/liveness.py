@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
+import types
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -71,11 +72,17 @@ def record_source(node: fx.Node) -> None:
 
 def model_source() -> tuple[str, int, str] | None:
     """``(file, line, function)`` of the innermost model-code frame of the running trace."""
+    frame = model_frame()
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def model_frame() -> types.FrameType | None:
+    """The innermost model-code frame of the running trace."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith((_TORCH_DIR, _TRACE_DIR, _STDLIB_DIR)) or filename.startswith("<")):
-            return filename, frame.f_lineno, frame.f_code.co_name
+            return frame
         frame = frame.f_back
     return None
 

@@ -6,9 +6,11 @@ call runs would get no subgraph of its own, so the tracer refuses targets that o
 could reach. Counting the whole module as reached would blame every target of the model that this
 sample does not run (Moshi's depth decoder, which runs only with labels) on a function that reads
 one embedding table. The code says more: when it uses the module only as ``self.child`` for
-children (and plain data such as ``self.config``), only those children's subtrees are reachable.
-Any other use (a method or property, the module handed on whole, the name rebound) may reach
-anything, and the whole module counts, as before.
+children (and plain data such as ``self.config``), only those children's subtrees are reachable;
+a method of the model's own code it calls (``self._merge_input_ids_with_input_values(...)``, Csm's,
+which runs the codec on the clips) is read the same way. Any other use (a property, a method of
+torch's, the module handed on whole, the name rebound) may reach anything, and the whole module
+counts, as before.
 
 Whether some path of that code returns None (:func:`may_return_none`). One opaque node is never
 None while tracing, so code after the call that tests ``is None`` on its result is decided for a
@@ -32,6 +34,7 @@ import operator
 import re
 import textwrap
 import types
+from pathlib import Path
 from typing import Any, Callable
 
 from torch import fx, nn
@@ -53,7 +56,7 @@ def reached_children(call: fx.Node, module_node: fx.Node, module: nn.Module) -> 
         return None
     reached: set[str] = set()
     for name in parameters:
-        children = _children_read(tree, name, module)
+        children = _children_read(function, tree, name, module)
         if children is None:
             return None
         reached |= children
@@ -105,7 +108,10 @@ def _parsed_definition(function: Callable) -> ast.FunctionDef | None:
     return found if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
-def _children_read(tree: ast.FunctionDef, name: str, module: nn.Module) -> set[str] | None:
+def _children_read(function: Callable, tree: ast.FunctionDef, name: str, module: nn.Module,
+                   following: frozenset[Callable] = frozenset()) -> set[str] | None:
+    """The children of ``module`` that ``function`` (parsed: ``tree``) reaches through its parameter
+    ``name``. ``following``: the functions being read already (one that calls itself adds nothing)."""
     parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
     children: set[str] = set()
     for node in ast.walk(tree):
@@ -114,14 +120,68 @@ def _children_read(tree: ast.FunctionDef, name: str, module: nn.Module) -> set[s
         if not (isinstance(node, ast.Name) and node.id == name):
             continue
         parent = parents.get(node)
-        if not isinstance(node.ctx, ast.Load) or not (isinstance(parent, ast.Attribute) and parent.value is node):
-            return None  # rebound, or handed on whole
-        attribute = parent.attr
-        if attribute in module._modules:
-            children.add(attribute)
-        elif not _plain_data(module, attribute):
-            return None  # a method or property runs code that may reach any child
+        if not isinstance(node.ctx, ast.Load):
+            return None  # rebound
+        if isinstance(parent, ast.Call) and node in parent.args:
+            # handed on to a function of the model's code (moved code the rewriter split further)
+            called = _model_function(function, parent.func)
+            reached = None if called is None else _read_through(called, parent.args.index(node), module, following)
+        elif isinstance(parent, ast.Attribute) and parent.value is node:
+            attribute = parent.attr
+            if attribute in module._modules:
+                children.add(attribute)
+                continue
+            if _plain_data(module, attribute):
+                continue
+            method = _own_method(module, attribute)
+            call = parents.get(parent)
+            if method is None or not (isinstance(call, ast.Call) and call.func is parent):
+                return None  # a property, a method of torch's, or a method handed on: it may reach any child
+            reached = _read_through(method, 0, module, following)
+        else:
+            return None  # handed on whole
+        if reached is None:
+            return None
+        children |= reached
     return children
+
+
+def _read_through(function: Callable, position: int, module: nn.Module,
+                  following: frozenset[Callable]) -> set[str] | None:
+    """The children ``function``, handed ``module`` as its ``position``-th positional argument, reaches."""
+    if function in following:
+        return set()
+    tree = function_tree(function)
+    arguments = tree.args.posonlyargs + tree.args.args if tree is not None else []
+    if position >= len(arguments) or _calls_super(tree):
+        return None  # `super().f()` hands the module on without naming it
+    return _children_read(function, tree, arguments[position].arg, module, following | {function})
+
+
+def _model_function(caller: Callable, called: ast.expr) -> Callable | None:
+    """The plain function of the model's code that ``called`` (a name in ``caller``) is."""
+    if not isinstance(called, ast.Name):
+        return None
+    value = getattr(caller, "__globals__", {}).get(called.id)
+    value = getattr(value, "__wrapped__", value)  # torch.fx.wrap leaves the function itself
+    if not inspect.isfunction(value) or (value.__module__ or "").split(".")[0] == "torch":
+        return None
+    return value
+
+
+def _calls_super(tree: ast.FunctionDef) -> bool:
+    return any(isinstance(node, ast.Name) and node.id == "super" for node in ast.walk(tree))
+
+
+def _own_method(module: nn.Module, attribute: str) -> Callable | None:
+    """The plain function ``module.attribute`` calls as a method, where it is the model's own code
+    (not torch's, whose methods reach the module's children by ``_modules``)."""
+    static = inspect.getattr_static(type(module), attribute, _MISSING)
+    if not inspect.isfunction(static) or attribute in vars(module):
+        return None
+    if (static.__module__ or "").split(".")[0] == "torch":
+        return None
+    return static
 
 
 def _plain_data(module: nn.Module, attribute: str) -> bool:
@@ -266,3 +326,25 @@ def moved_from(function: Any) -> str | None:
     except (OSError, TypeError):
         return None
     return next((origin for origin in map(noted_origin, lines) if origin), None)
+
+
+def untold_targets_fix(model: nn.Module, functions: list[Callable], hidden: list[nn.Module]) -> str | None:
+    """The fix for targets that ``functions`` (moved code) swallowed where the patcher could have kept
+    them out: their classes are defined in the file the code was moved from, but the model's class
+    was patched without them as targets (``load_traceable(cls)``: xLSTM's blocks, run by its moved
+    training branch). None where that is not so."""
+    patch = getattr(type(model), "__tracezoo_patch__", None)
+    told = set(getattr(patch, "manifest", {}).get("patch_targets", ()) or ())
+    classes = sorted({type(module).__name__ for module in hidden})
+    if patch is None or not classes or told & set(classes):
+        return None
+    # the target classes are the generated module's own, or (left unchanged) the original file's
+    files = {Path(inspect.getsourcefile(type(module)) or "").name for module in hidden}
+    modules = {type(module).__module__ for module in hidden}
+    origins = {function: (moved_from(function) or "").split(":", 1)[0] for function in functions}
+    if not origins or not all(function.__module__ in modules or origin in files for function, origin in origins.items()):
+        return None
+    return (f"{', '.join(sorted(set(origins.values())))} defines these targets, but {type(model).__name__} was patched without them "
+            f"as targets, so the patcher moved the code that runs them into {', '.join(f.__name__ for f in functions)}. "
+            f"Load the model with load_traceable({type(model).__name__}, targets={classes!r}) (the targets you "
+            "trace with): the patcher then keeps them out of the code it moves.")

@@ -8,7 +8,6 @@ target lives inside them, so calibration hooks on the targets see real module ca
 from __future__ import annotations
 
 import contextlib
-import operator
 import re
 from typing import Any, Iterable, Mapping
 
@@ -23,8 +22,7 @@ from ..registry.normalize import ModuleEntries
 from ..registry.wrapped import is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision
 from .explain import explained
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message, \
-    unpacked_item
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
 from .errors import SharedStateError
 from .filled_caches import check_no_read_after_fill
 from .hooks import check_leaf_output_capture, check_no_global_hooks, check_traced_through, replay_hidden_state_capture
@@ -33,6 +31,8 @@ from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_che
 from .liveness import check_inputs_reach_output, record_source
 from .moved_code import NoneResult, may_return_none, none_results
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
+from .none_decisions import DecidedTuple, NoneDecisions
+from .decided_lengths import check_decided_length, splits_a_tensor
 from .passes.arguments import read_arguments
 from .passes.branch_decisions import traced_deciding_branches
 from .passes.hidden_targets import check_no_hidden_targets
@@ -48,35 +48,10 @@ from .root import ROOT_FORWARD, swapped_class, traced_root
 from .shared_state import can_be_state, changed_after_handing, copy_containers, fingerprint, handed_state, new_state
 from .state import preserved_model_state
 from .traced_through import NOT_TRACED_THROUGH, TRACED_THROUGH_TYPES, trace_through
+from .proxy import TracingProxy
 from .traces import EagerFacts, TraceResult, Tracing
 from .wrapped_state import apply_settings, call_with_settings, may_change_settings
 
-
-class TracingProxy(fx.Proxy):
-    """A proxy that also records in-place indexed assignment (``x[..., i] = y``), knows the
-    rank of a sample tensor: the graph checks it at every run (``TraceRecord.tensor_ranks``), so
-    code that branches on ``input_ids.ndim`` (Csm's 2-D text ids or 3-D codebook ids) is decided
-    while tracing, as on a None or a Python flag; and reads the keys of a leaf's output that ``**``
-    unpacks through a check of its keys when the graph runs."""
-
-    def __setitem__(self, indices, values):
-        return self.tracer.create_proxy("call_function", operator.setitem, (self, indices, values), {})
-
-    @property
-    def ndim(self):
-        rank = self.tracer.sample_rank(self.node)
-        return rank if rank is not None else fx.Proxy.__getattr__(self, "ndim")
-
-    def dim(self):
-        rank = self.tracer.sample_rank(self.node)
-        return rank if rank is not None else fx.Proxy.__getattr__(self, "dim")()
-
-
-    def __getitem__(self, key):
-        keys = self.node.meta.get(OUTPUT_KEYS)
-        if keys is not None and isinstance(key, str):
-            return self.tracer.create_proxy("call_function", unpacked_item, (self, key, keys), {})
-        return super().__getitem__(key)
 
 class SequentialTracer(fx.Tracer):
     """fx tracer that stops at targets/ignored modules and keeps foreign objects by reference."""
@@ -84,7 +59,8 @@ class SequentialTracer(fx.Tracer):
     def __init__(self, model: nn.Module, traced_modules: set[nn.Module], target_names: set[str],
                  leaf_outputs: Mapping[nn.Module, list[Any]] | None = None,
                  leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
-                 settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None):
+                 settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None,
+                 none_decisions: NoneDecisions | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
@@ -97,6 +73,7 @@ class SequentialTracer(fx.Tracer):
         # runs: named by the error of a trace that fails after taking one for a value
         self.opaque_none_results: list[tuple[fx.Node, Any, list[NoneResult]]] = []
         self.decisions = decisions if decisions is not None else Decisions()
+        self.none_decisions = none_decisions if none_decisions is not None else NoneDecisions()
         self.traced_modules = traced_modules
         self.target_names = target_names
         # what each call of a leaf returned in eager, in call order (see leaf_outputs.py)
@@ -168,6 +145,15 @@ class SequentialTracer(fx.Tracer):
             self.unpacked_without_keys = True
             return super().keys(obj)
         return list(keys)
+
+    def iter(self, obj: fx.Proxy):
+        """A loop over a split of a tensor (``for chunk in torch.split(x, n)``): over the sample's
+        count, checked at every run (see :mod:`patcher.trace.decided_lengths`); any other is refused."""
+        # Not inside an attempt to trace moved code through: the attempt is taken back when it fails, and
+        # proxies of the leaves the loop called would outlive it (the loop stays in the opaque call, as before).
+        if splits_a_tensor(obj.node) and self._cache_keys_added is None:
+            return iter([obj[index] for index in range(self.decisions.answer_length(self, obj, check_decided_length))])
+        return super().iter(obj)
 
     def to_bool(self, obj: fx.Proxy) -> bool:
         """A condition the patcher left to the tracer (``_decided_*``): the sample's answer, checked
@@ -265,6 +251,9 @@ class SequentialTracer(fx.Tracer):
             if is_wrapped_name(getattr(target, "__name__", "")):
                 results = none_results(target, args, kwargs)
                 if results:
+                    decided = self.none_decisions.apply(self, proxy, target, results)
+                    if decided is not proxy:
+                        return decided  # None where the sample has None (see patcher.trace.none_decisions)
                     self.opaque_none_results.append((proxy.node, target, results))
             return mapping_result(target, args, kwargs, proxy)  # per-layer-type mask dicts
         return proxy
@@ -348,7 +337,7 @@ class SequentialTracer(fx.Tracer):
             return self._state_now(state)
         if isinstance(a, Items):  # by reference: fx would rebuild a dataclass from its fields
             return self._reference(a)
-        if type(a) in TRACED_THROUGH_TYPES:
+        if type(a) in (*TRACED_THROUGH_TYPES, DecidedTuple):
             return self.create_arg(tuple(a) if isinstance(a, tuple) else dict(a))
         if isinstance(a, torch.device):
             node = self._device_arg(a)
@@ -475,21 +464,32 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     where ``**`` unpacked a leaf's output whose keys no eager run gave yet, else the error explained."""
     model, sample, root, traced_modules = tracing.model, tracing.sample, tracing.root, tracing.arguments.traced_modules
     tracer = SequentialTracer(model, traced_modules, set(tracing.arguments.targets), facts.leaf_outputs,
-                              facts.leaf_output_keys, facts.settled_settings, tracing.decisions)
+                              facts.leaf_output_keys, facts.settled_settings, tracing.decisions,
+                              tracing.none_decisions)
     tracer.sample_ranks = {key: sample[key].ndim for key in root.placeholders if isinstance(sample[key], torch.Tensor)}
     tracer.traced_func_name = ROOT_FORWARD
+    needed = failure = None
     with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, tracing.arguments.ignore), \
             traced_dtype_queries(), _recorded_module_devices(tracer), swapped_class(model, root.traced_class):
         try:
             graph = tracer.trace(model)
         except DecisionNeeded as stop:
-            return TraceResult(tracer, facts, undecided=stop.node)
+            needed = stop
         except Exception as exc:  # every failure gets a source location when one exists
             if tracer.unpacked_without_keys and facts.leaf_output_keys is None:
                 # `**` of a leaf's output: its keys are known once it ran (see passes.unpacked_keys)
                 return TraceResult(tracer, facts, failure=exc)
-            raise explained(exc, model, tracer, root.original_class) from exc
-        # Leaves run later, reading their attributes then: see patcher.trace.passes.leaf_state.
-        changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+            failure = exc
+        else:
+            # Leaves run later, reading their attributes then: see patcher.trace.passes.leaf_state.
+            changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+    # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
+    # Moved code's results first: one that is None for the sample changes the path after it.
+    if tracing.none_decisions.decide_pending(tracer.graph, model, sample, tracer.constants):
+        return TraceResult(tracer, facts, decided_none_results=True)
+    if failure is not None:
+        raise explained(failure, model, tracer, root.original_class) from failure
+    if needed is not None:
+        return TraceResult(tracer, facts, undecided=needed)
     tracer.drop_unread_items(graph)
     return TraceResult(tracer, facts, graph, changes)

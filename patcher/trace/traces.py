@@ -7,7 +7,8 @@ from typing import Any, Callable, Mapping
 
 from torch import fx, nn
 
-from .decisions import Decisions
+from .decisions import DecisionNeeded, Decisions
+from .none_decisions import NoneDecisions
 from .passes.arguments import Arguments
 from .root import Root
 
@@ -30,7 +31,10 @@ class TraceResult:
     graph: fx.Graph | None = None
     changes: list[str] = dataclasses.field(default_factory=list)  # attributes of leaves the trace wrote
     failure: Exception | None = None  # `**` of a leaf's output whose keys no eager run gave yet
-    undecided: fx.Node | None = None  # a branch condition not decided yet (see patcher.trace.decisions)
+    undecided: DecisionNeeded | None = None  # a condition not decided yet (see patcher.trace.decisions)
+    # moved code's results that may be None, decided from the sample after this trace: trace again
+    # (see patcher.trace.none_decisions)
+    decided_none_results: bool = False
 
 
 @dataclasses.dataclass
@@ -44,3 +48,4 @@ class Tracing:
     root: Root
     trace_once: Callable[[Tracing, EagerFacts], TraceResult]
     decisions: Decisions = dataclasses.field(default_factory=Decisions)  # shared by every trace of the call
+    none_decisions: NoneDecisions = dataclasses.field(default_factory=NoneDecisions)  # the same

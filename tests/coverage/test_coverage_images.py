@@ -233,6 +233,14 @@ def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_
     assert metric["built"] == 4 and metric["with_image_path"] == 3 and metric["equal_with_images"] == 1
     assert metric["without_image_path"] == ["TextOnlyForCausalLM"]
     assert metric["not_equal_with_images"] == ["BForConditionalGeneration", "CForConditionalGeneration"]
+    # each named with its reason, in the markdown too
+    reasons = metric["not_equal_reasons"]
+    assert list(reasons) == metric["not_equal_with_images"]
+    assert reasons["BForConditionalGeneration"].startswith("compare")
+    assert reasons["CForConditionalGeneration"].startswith("never run with images: no image sample builder")
+    from patcher.coverage.report import not_equal_with_images_lines
+    assert not_equal_with_images_lines(rows, mapping)[2:4] == [
+        f"- {name}: {reason}" for name, reason in reasons.items()]
     assert image_text_to_text_line(rows, mapping) == (
         "image-text-to-text: 5 of the 6 in the mapping swept, 4 build, 1 without an image path "
         "(TextOnlyForCausalLM), 1 equal with images of 3 (33%)")

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from torch import nn
 
 from patcher.partition import run_subgraphs, trace_subgraphs
 from patcher.rewrite import patch_source
@@ -194,3 +195,75 @@ def test_an_input_deciding_a_nested_test_otherwise_is_refused(rank_models, other
         eager(**other)  # eager runs it
         with pytest.raises(refusal, match=message):
             run_subgraphs(traceable, subgraphs, other)
+
+
+class ChunkedEncoder(nn.Module):
+    """Encodes a clip chunk by chunk, carrying a cache from one chunk to the next (as VibeVoice
+    ASR's tokenizers do): a Python loop over the pieces of a split traced value."""
+
+    def __init__(self, chunk_size: int, by_method: bool):
+        super().__init__()
+        self.chunk_size, self.by_method = chunk_size, by_method
+        self.encode = nn.Linear(chunk_size, 4)
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+    def forward(self, clip):
+        pieces = clip.split(self.chunk_size, dim=-1) if self.by_method else torch.split(clip, self.chunk_size, dim=-1)
+        cache, encoded = None, []
+        for piece in pieces:
+            hidden = self.encode(piece) if cache is None else self.encode(piece) + cache
+            encoded.append(hidden)
+            cache = hidden
+        hidden = torch.stack(encoded, dim=1)
+        for layer in self.layers:
+            hidden = torch.relu(layer(hidden))
+        return {"logits": hidden}
+
+
+@pytest.mark.parametrize("by_method", [False, True], ids=["torch.split", "Tensor.split"])
+def test_a_loop_over_a_split_runs_the_samples_count_of_pieces_and_refuses_another(by_method):
+    torch.manual_seed(0)
+    model = ChunkedEncoder(chunk_size=5, by_method=by_method).eval()
+    sample = {"clip": torch.randn(2, 15)}
+    subgraphs = trace_subgraphs(model, sample, [r"re:layers\.\d+"])
+    with torch.no_grad():
+        for inputs in (sample, {"clip": torch.randn(4, 15)}):
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])
+        with pytest.raises(BranchDecisionError, match="gives 4 pieces here and gave 3 while tracing"):
+            run_subgraphs(model, subgraphs, {"clip": torch.randn(2, 20)})
+
+
+def test_vibevoice_asr_encodes_its_clip_chunk_by_chunk_in_the_graph_equal_to_eager():
+    """VibeVoice ASR's get_audio_features loops over `torch.split(input_values, chunk_size)` around
+    its tokenizer encoders; the loop is traced over the sample's chunks, equal to eager on two clip
+    layouts, and a clip of more chunks is refused."""
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable
+    from patcher.audio import fill_audio_ids
+    from patcher.coverage import shrink_config
+    from patcher.coverage.check import _build
+    from patcher.coverage.modalities.audio import audio_samples
+
+    cls = transformers.VibeVoiceAsrForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    fill_audio_ids(config, cls)
+    # chunks of 60 s by default: the clips in chunks of 3200 samples instead, the cache carried over
+    config.acoustic_tokenizer_chunk_size = 3200
+    original = _build(cls, config, 0).eval()
+    samples = audio_samples(config, original, 0)  # 6400 samples (2 chunks), then 9600 (3 chunks)
+    # patched with its targets (as the sweep does), the loop stays in the code: the tokenizers' cache
+    # layers it reaches hold the decoder's layer types (patched without, the loop is one opaque call)
+    model = _build(load_traceable(cls, targets=["Qwen2DecoderLayer"]), config, 0).eval()
+    model.load_state_dict(original.state_dict())
+    subgraphs = list(trace_subgraphs(model, samples[0], ["Qwen2DecoderLayer"], DEFAULT_IGNORE))
+    assert len(subgraphs) == config.get_text_config().num_hidden_layers + 1
+    one_row = {key: value[:1] if isinstance(value, torch.Tensor) else value  # another shape, two chunks too
+               for key, value in samples[0].items()}
+    with torch.no_grad():
+        for sample in (samples[0], one_row):
+            expected = original(**sample, use_cache=False).logits
+            assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+        original(**samples[1], use_cache=False)  # eager runs three chunks
+        with pytest.raises(BranchDecisionError, match="gives 3 pieces here and gave 2 while tracing"):
+            run_subgraphs(model, subgraphs, samples[1])

@@ -16,7 +16,7 @@ import torch
 from torch import fx, nn
 
 from patcher import run_subgraphs, trace_subgraphs
-from patcher.trace import InputMismatchError
+from patcher.trace import BranchDecisionError, InputMismatchError
 
 
 class Layer(nn.Module):
@@ -132,19 +132,36 @@ def test_an_input_of_another_rank_than_traced_is_refused():
         run_subgraphs(model, subgraphs, {"input_ids": _ids(2, 5, 3)})
 
 
+def _gated(gate_sign: float, rows: int = 2, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {"hidden": torch.randn(rows, 4, generator=generator), "gate": gate_sign * torch.rand(rows, 4, generator=generator)}
+
+
 def test_code_decided_by_data_stays_one_call_with_nothing_of_the_attempt_left():
     torch.manual_seed(0)
     model = Gated().eval()
-    sample = {"hidden": torch.randn(2, 4), "gate": torch.ones(2, 4)}
-    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    subgraphs = trace_subgraphs(model, _gated(1.0), ["Layer"])
     nodes = [node for subgraph in subgraphs for node in subgraph.graph.nodes]
     assert not any(node.op == "call_module" and node.target == "proj" for node in nodes)  # taken back
     assert sum(node.target is _wrapped_forward_gate for node in nodes) == 1
-    # the opaque call's result is a traced value, never None while tracing: the branch after it
-    # was decided for a gate, which the graph still runs right where the gate stays
-    kept = {"hidden": torch.randn(2, 4), "gate": -torch.ones(2, 4)}
+
+
+@pytest.mark.parametrize("traced_sign, other_sign, now", [(1.0, -1.0, "a value"), (-1.0, 1.0, "None")],
+                         ids=["gate None for the sample", "gate kept for the sample"])
+def test_a_result_of_one_opaque_call_is_none_as_for_the_sample_and_checked_at_every_run(traced_sign, other_sign, now):
+    """The opaque call's `gate` is a traced value while tracing; whether it is None is worked out
+    from the sample (see patcher.trace.none_decisions), so `gate is None` after the call is decided
+    as eager decides it, on inputs of other shapes too, and an input for which the call hands back
+    the other kind raises instead of running code traced for the sample's."""
+    torch.manual_seed(0)
+    model = Gated().eval()
+    subgraphs = trace_subgraphs(model, _gated(traced_sign), ["Layer"])
     with torch.no_grad():
-        assert torch.equal(run_subgraphs(model, subgraphs, kept)["logits"], model(**kept)["logits"])
+        for inputs in (_gated(traced_sign), _gated(traced_sign, rows=5, seed=1)):
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])
+        with pytest.raises(BranchDecisionError, match=rf"`gate`, handed back by the call of _wrapped_forward_gate "
+                                                      rf".*, is {now} here"):
+            run_subgraphs(model, subgraphs, _gated(other_sign))
 
 
 def test_csm_traces_its_text_ids_into_one_subgraph_per_backbone_layer_equal_to_eager():
@@ -174,3 +191,32 @@ def test_moved_code_that_returns_no_none_for_the_sample_stays_one_call():
     assert sum(node.target is _wrapped_forward_mask_ndim for node in nodes) == 1
     with torch.no_grad():
         assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], model(**sample)["logits"])
+
+
+@pytest.mark.parametrize("name, target", [("Qwen2Audio", "Qwen2DecoderLayer"), ("Csm", "CsmDecoderLayer")])
+def test_moved_merges_of_audio_hand_the_code_after_them_the_none_eager_has(name, target):
+    """Qwen2-Audio's moved merge hands back `labels`, given None: a traced value while tracing, so
+    `if labels is not None:` computed a loss. Csm's sets `input_ids = None` once the clips are merged
+    (a loop over clips, so it is not traced through): its backbone got ids and embeddings. Both are
+    decided from the sample; the chain equals eager on two clip layouts."""
+    import transformers
+
+    from patcher import DEFAULT_IGNORE, load_traceable
+    from patcher.audio import fill_audio_ids
+    from patcher.coverage import shrink_config
+    from patcher.coverage.check import _build
+    from patcher.coverage.modalities.audio import audio_samples
+
+    cls = getattr(transformers, f"{name}ForConditionalGeneration")
+    config = shrink_config(cls.config_class)
+    fill_audio_ids(config, cls)
+    original = _build(cls, config, 0).eval()
+    samples = audio_samples(config, original, 0)
+    model = _build(load_traceable(cls), config, 0).eval()
+    model.load_state_dict(original.state_dict())
+    subgraphs = list(trace_subgraphs(model, samples[0], [target], DEFAULT_IGNORE))
+    assert len(subgraphs) == config.get_text_config().num_hidden_layers + 1
+    with torch.no_grad():
+        for sample in samples:
+            expected = original(**sample, use_cache=False).logits
+            assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)

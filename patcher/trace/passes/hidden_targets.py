@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import fx, nn
 
 from ...registry.wrapped import WRAPPED_PREFIX
 from ..errors import MissingTargetsError
 from ..graph_runtime import ROOT_ATTRIBUTE
-from ..moved_code import reached_children
+from ..moved_code import reached_children, untold_targets_fix
 from ..recorded import value_at
 
 
@@ -26,6 +28,7 @@ def check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[str
         if node.target not in targets:
             holders.setdefault(node.target, f"module '{node.target}'")
     handed: dict[str, set[str]] = {}  # path -> the calls a module there is handed to
+    functions: dict[str, Any] = {}  # name -> the function of a call a module is handed to
     for node in graph.find_nodes(op="get_attr"):
         path = "" if node.target == ROOT_ATTRIBUTE else node.target
         module = model if not path else value_at(model, path)
@@ -35,6 +38,7 @@ def check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[str
             handed.setdefault(path, set()).add("an opaque call")
         for user in node.users:
             how = getattr(user.target, "__name__", str(user.target))
+            functions.setdefault(how, user.target)
             # moved code that reads only some children of the module reaches only their subtrees
             children = reached_children(user, node, module)
             for reached in [path] if children is None else [f"{path}.{child}" if path else child
@@ -63,6 +67,8 @@ def check_no_hidden_targets(graph: fx.Graph, model: nn.Module, targets: dict[str
                    "traced value around the call that reaches these targets, which are defined in another "
                    "modeling file). Leave these targets out (e.g. the tower's blocks: the tower then runs "
                    "whole inside that call), or cut at targets the branch does not reach.")
+            fix = untold_targets_fix(model, [functions[how] for how in moved if how in functions],
+                                     [targets[name] for name in missing]) or fix
         raise MissingTargetsError(
             f"{len(missing)} sequential target(s) are missing from the graph: {detail}. {fix}",
             missing,
