@@ -230,7 +230,7 @@ def _build_real_config(case: str, tracer: str):
     sys.path.insert(0, str(REPO))
     from patcher.models.attempt import prepare_trace
     from patcher.models import resolve_model_class
-    from patcher.plugins import drop_in_for
+    from patcher.registry.plugins import drop_in_for
 
     name, class_name, multimodal = REAL_CONFIGS[case]
     cls = resolve_model_class(class_name)

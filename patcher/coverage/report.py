@@ -208,7 +208,7 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     attempt = row.multimodal
     if attempt is None:
         return (f"never run with images: no image sample builder for model type {row.model_type!r} "
-                "(patcher.images layouts, the zoo's builders)")
+                "(patcher.samples.images layouts, the zoo's builders)")
     if attempt.traced:
         return _failed_attempt_cell(attempt)
     error = f": {attempt.error[:160]}" if attempt.error else ""

@@ -164,7 +164,7 @@ def test_a_cache_filled_by_called_modules_and_read_after_them_fails_loudly_and_i
     from patcher.partition import run_subgraphs, trace_subgraphs
     from patcher.trace import DEFAULT_IGNORE
     from patcher.trace.filled_caches import FilledCacheError
-    from patcher.traceable import load_traceable
+    from patcher.models.traceable import load_traceable
     from patcher.models import random_model
 
     cls, config, model = _pi0()

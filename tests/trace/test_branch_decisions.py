@@ -240,10 +240,10 @@ def test_vibevoice_asr_encodes_its_clip_chunk_by_chunk_in_the_graph_equal_to_eag
     import transformers
 
     from patcher import DEFAULT_IGNORE, load_traceable
-    from patcher.audio import fill_audio_ids
+    from patcher.samples.audio import fill_audio_ids
     from patcher.coverage import shrink_config
     from patcher.coverage.check import _build
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
 
     cls = transformers.VibeVoiceAsrForConditionalGeneration
     config = shrink_config(cls.config_class)

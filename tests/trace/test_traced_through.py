@@ -202,10 +202,10 @@ def test_moved_merges_of_audio_hand_the_code_after_them_the_none_eager_has(name,
     import transformers
 
     from patcher import DEFAULT_IGNORE, load_traceable
-    from patcher.audio import fill_audio_ids
+    from patcher.samples.audio import fill_audio_ids
     from patcher.coverage import shrink_config
     from patcher.coverage.check import _build
-    from patcher.coverage.modalities.audio import audio_samples
+    from patcher.samples.audio.modality import audio_samples
 
     cls = getattr(transformers, f"{name}ForConditionalGeneration")
     config = shrink_config(cls.config_class)
