@@ -376,6 +376,7 @@ class _Shrinker:
         self._fix_merged_widths(original, data)
         self._fix_downsampled_window(original, data)
         self._fix_parent_merged_image_size(original, data)
+        self._stack_sub_vocabularies(original, data)
         shrink_timm_level(original, data, self._scalar)
         return data
 
@@ -654,6 +655,33 @@ class _Shrinker:
         new_index, new_rope = data.get("index_head_dim"), data.get("qk_rope_head_dim")
         if all(_is_natural(value) and value > 0 for value in (index, rope, new_index, new_rope)) and index >= rope:
             data["index_head_dim"] = max(new_index, new_rope * (index // rope))
+
+    @staticmethod
+    def _stack_sub_vocabularies(original: dict, data: dict) -> None:
+        """Sub-configs that own a range of the text vocabulary (``vocab_offset``, ``vocab_size``:
+        Gemma 3n's vision and audio embeddings, stacked at its top) keep owning its top when the text
+        vocabulary shrinks: the model indexes them with text ids (``vocab_size - 1`` pads the audio
+        features through the audio embedding), so offsets left at the real 262144 index out of range."""
+        text = data.get("text_config")
+        vocab = text.get("vocab_size") if isinstance(text, dict) else None
+        real_text = original.get("text_config")
+        real_vocab = real_text.get("vocab_size") if isinstance(real_text, dict) else None
+        owners = sorted((key for key, value in original.items() if isinstance(value, dict)
+                         and isinstance(value.get("vocab_offset"), int) and isinstance(value.get("vocab_size"), int)),
+                        key=lambda key: original[key]["vocab_offset"])
+        if not owners or not isinstance(vocab, int) or not isinstance(real_vocab, int):
+            return
+        end = real_vocab
+        for key in reversed(owners):  # only ranges stacked against the top, each against the next
+            if original[key]["vocab_offset"] + original[key]["vocab_size"] != end:
+                return
+            end = original[key]["vocab_offset"]
+        size = max(1, vocab // (4 * len(owners)))  # three quarters of the tiny vocabulary stay text
+        end = vocab
+        for key in reversed(owners):
+            data[key]["vocab_size"] = size
+            data[key]["vocab_offset"] = end - size
+            end -= size
 
     @staticmethod
     def _keep_equalities(original: dict, data: dict) -> None:

@@ -130,6 +130,20 @@ def test_shrinking_keeps_layer_types_consistent_and_every_kind():
     assert config.hidden_size <= 64 and config.vocab_size <= 256
 
 
+def test_shrinking_keeps_sub_vocabularies_at_the_top_of_the_text_vocabulary():
+    """Gemma 3n's vision and audio embeddings own the top of the text vocabulary (offsets 262144 and
+    262272 of 262400) and the forward pads audio through the audio embedding with the text
+    vocabulary's last id: shrunk, the ranges stay stacked against the tiny vocabulary's top."""
+    from transformers import Gemma3nConfig
+
+    config = shrink_config(Gemma3nConfig)
+    vocab = config.text_config.vocab_size
+    audio, vision = config.audio_config, config.vision_config
+    assert audio.vocab_offset + audio.vocab_size == vocab, (audio.vocab_offset, audio.vocab_size, vocab)
+    assert vision.vocab_offset + vision.vocab_size == audio.vocab_offset, (vision.vocab_offset, vision.vocab_size)
+    assert 0 < vision.vocab_offset and vision.vocab_offset >= vocab // 2
+
+
 def test_shrinking_keeps_vision_windows_in_pixels_at_least_a_merged_patch():
     # Qwen2.5-VL's vision window_size is in pixels (window_size // spatial_merge_size // patch_size
     # merged patches a side): lowered like a token window (4) it gave windows 0 patches wide, and the

@@ -166,3 +166,17 @@ def test_without_timm_the_row_fails_at_build_naming_timm(name):
     row = check_architecture(name)
     assert not row.built and row.stage == "size" and "requires the timm library" in row.error, row
     assert row.error_location, row
+
+
+@needs_timm
+def test_gemma3n_equals_eager_with_audio_too(coverage_row):
+    """Gemma 3n's audio row: its tower takes a boolean frame mask (it inverts it with ``~``), its
+    forward pads every clip to ``audio_soft_tokens_per_image`` tokens, and it pads through its audio
+    embedding with the text vocabulary's last id, which the tiny config's stacked sub-vocabularies
+    must own (each of these made the audio sample fail to build before)."""
+    row = coverage_row("Gemma3nForConditionalGeneration")
+    attempt = row.audio
+    assert attempt is not None and attempt.traced, (attempt and (attempt.stage, attempt.error,
+                                                                  attempt.blocker_location))
+    assert attempt.max_diff == 0.0 and attempt.reuse_diff == 0.0 and attempt.equal, attempt
+    assert attempt.influence > MIN_INFLUENCE, attempt

@@ -64,10 +64,16 @@ def _whole_features(length: int, stride: int, layout: int) -> int:
     return rounded if layout == 0 else max(rounded, first + stride)
 
 
-def _mask(clips: int, length: int, valid: int) -> torch.Tensor:
-    mask = torch.zeros(clips, length, dtype=torch.long)
+def _mask(clips: int, length: int, valid: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    mask = torch.zeros(clips, length, dtype=dtype)
     mask[:, :valid] = 1
     return mask
+
+
+#: A frame mask's dtypes, in the order tried: the 0/1 integers most feature extractors return, then
+#: booleans for towers that take nothing else (Gemma 3n's ``input_features_mask``, which it inverts
+#: with ``~`` and hands to ``masked_fill``)
+MASK_DTYPES = (torch.long, torch.bool)
 
 
 def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
@@ -108,17 +114,18 @@ def clip_inputs(model, layout: int, clips: int, generator: torch.Generator,
         for length, valid in tries:
             state = generator.get_state()
             for value in _clip(config, name, clips, length, generator, dtype):
-                inputs = {name: value}
-                if mask is not None:
-                    inputs[mask] = _mask(clips, length, valid)
-                if lengths is not None:
-                    inputs[lengths] = sample_lengths(config, clips, valid, kind == "waveform")
-                if cutoffs is not None:
-                    inputs[cutoffs] = torch.full((clips, 1), valid, dtype=torch.long)
-                try:
-                    return inputs, run_audio_path(model, inputs, name, mask, beside)
-                except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
-                    first_error = first_error or exc
+                for mask_dtype in MASK_DTYPES if mask is not None else MASK_DTYPES[:1]:
+                    inputs = {name: value}
+                    if mask is not None:
+                        inputs[mask] = _mask(clips, length, valid, mask_dtype)
+                    if lengths is not None:
+                        inputs[lengths] = sample_lengths(config, clips, valid, kind == "waveform")
+                    if cutoffs is not None:
+                        inputs[cutoffs] = torch.full((clips, 1), valid, dtype=torch.long)
+                    try:
+                        return inputs, run_audio_path(model, inputs, name, mask, beside)
+                    except Exception as exc:  # noqa: BLE001  (a shape the tower does not take: try the next)
+                        first_error = first_error or exc
             generator.set_state(state)
     raise first_error
 

@@ -178,6 +178,20 @@ def _count_by_codec(model, inputs: dict[str, Any], name: str, mask: str | None) 
         return int(codec.get_audio_codes_mask(sample_mask).sum())
 
 
+#: config fields fixing how many audio tokens a clip takes in the text, whatever its tower yields:
+#: the forward pads each clip's features out to that many (Gemma 3n pads to 188 with the audio
+#: embedding's last token)
+TOKENS_PER_CLIP_FIELDS = ("audio_soft_tokens_per_image",)
+
+
+def _padded_per_clip(config, clips: int, counted: int) -> int:
+    for field in TOKENS_PER_CLIP_FIELDS:
+        per_clip = getattr(config, field, None)
+        if isinstance(per_clip, int) and not isinstance(per_clip, bool) and per_clip * clips >= counted:
+            return per_clip * clips
+    return counted
+
+
 def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None,
                    text: dict[str, Any] | None = None) -> int | BesideText | None:
     """Run the model's own audio path on the clip ``inputs`` (forward argument names) and return
@@ -199,7 +213,8 @@ def run_audio_path(model, inputs: dict[str, Any], name: str, mask: str | None,
         features = _features(_call(method, clip))
         width = model.get_input_embeddings().embedding_dim
         items = list(features) if isinstance(features, (list, tuple)) else [features]
-        return sum(item.numel() // width for item in items if isinstance(item, torch.Tensor))
+        counted = sum(item.numel() // width for item in items if isinstance(item, torch.Tensor))
+        return _padded_per_clip(model.config, inputs[name].shape[0], counted)
     tower = audio_tower(model)
     if tower is not None:
         value = inputs[name]
