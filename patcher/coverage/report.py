@@ -9,8 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .check import NO_TOWER, Attempt, CoverageRow
-from ..samples.modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
-from ..samples.images.modality import NEEDS_IMAGES
+from ..samples.modalities import MODALITIES, TEXT_ALONE_NAMED, TEXT_ALONE_STAGES, Modality, built as _built
 
 
 def _pct(part: int, whole: int) -> str:
@@ -23,13 +22,21 @@ def summary(rows: list[CoverageRow]) -> str:
     text_ran = [row for row in built if row.text and row.text.ran]
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
-    need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}); "
-            f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
+            f"text: ran {len(text_ran)}" + _text_alone_share(built)
             + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built)"
             + "".join(modality_share(rows, modality) for modality in MODALITIES))
+
+
+def _text_alone_share(built: list[CoverageRow]) -> str:
+    """`` (8 need images)``: the built rows whose text attempt stopped at a stage the modalities name
+    (``Modality.text_alone_summary``); empty when there is none."""
+    counts = [(sum(bool(row.text and row.text.stage == stage) for row in built), words)
+              for stage, words in TEXT_ALONE_NAMED.items()]
+    shares = [f"{count} {words}" for count, words in counts if count]
+    return f" ({', '.join(shares)})" if shares else ""
 
 
 def _counts(rows: list[CoverageRow], modality: Modality) -> tuple[int, list[Attempt]]:
@@ -294,12 +301,12 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     for row in rows:
         text = row.text or Attempt("text")
         found = blocker(row)
-        needs_images = text.stage == NEEDS_IMAGES
+        needs_other = text.stage if text.stage in TEXT_ALONE_NAMED else None
         cells = [
             row.architecture, _yes(row.built),
-            NEEDS_IMAGES if needs_images else _yes(text.traced) if row.built else "",
+            needs_other if needs_other else _yes(text.traced) if row.built else "",
             f"{text.subgraphs}/{text.expected}" if text.traced else "",
-            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_images else "",
+            _diff(text.max_diff), _diff(text.reuse_diff), _yes(text.equal) if row.built and not needs_other else "",
             *_modality_cells(row),
             (f"{found[0]}: {_cell_text(found)[:100]}" if found else ""), found[1] if found else "",
             " ".join(f"{rule}x{count}" for rule, count in row.rewrites.items()),

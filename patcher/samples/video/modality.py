@@ -38,6 +38,7 @@ VIDEO = Modality(
     chain_runs_varied=True,
     order=1,
     input_name="pixel_values_videos",
+    text_alone_summary="need images",
 )
 
 #: what :mod:`patcher.samples.modalities` finds
