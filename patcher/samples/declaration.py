@@ -61,6 +61,11 @@ class Modality:
     #: ("text: ran 296 (8 need images)"), whose text columns then show that stage; None: neither
     #: (their text columns read "no", the modality's column says how the row went)
     text_alone_summary: str | None = None
+    #: ``command_sample(config, model, **options)``: the sample ``patcher trace --modality <name>``
+    #: (``graph``, ``repair``, ``plan``) traces, and a note for the user or None; ``model`` is on the
+    #: meta device, ``options`` are ``sample_input``'s (``device``, a batch and length); None: the
+    #: commands refuse the modality, naming it
+    command_sample: Callable[..., tuple[dict, str | None]] | None = None
     #: ``sample_location(config)``: ``file:line`` where a sample whose input never reaches the
     #: output is made, named as the influence failure's location (None: not known)
     sample_location: Callable[[Any], str | None] = lambda config: None

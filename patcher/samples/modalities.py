@@ -51,6 +51,12 @@ for _modality in MODALITIES:
         TEXT_ALONE_NAMED.setdefault(_modality.text_alone, _modality.text_alone_summary)
 
 
+def named(name: str) -> Modality:
+    """The modality declared in ``patcher/samples/<name>/modality.py`` (``--modality NAME``)."""
+    module = importlib.import_module(f"{__package__}.{name}.modality")
+    return module.MODALITY
+
+
 def prepare_config(config, cls) -> None:
     """Every modality's ``prepare_config`` on a config the sweep shrank, in the report's order."""
     for modality in MODALITIES:
@@ -71,4 +77,4 @@ def path_fields(cls, config) -> dict[str, bool]:
             if modality.path_field is not None}
 
 __all__ = ["MIN_INFLUENCE", "MODALITIES", "Modality", "TEXT_ALONE_NAMED", "TEXT_ALONE_STAGES", "built",
-           "path_fields", "prepare_config", "prepare_model"]
+           "named", "path_fields", "prepare_config", "prepare_model"]

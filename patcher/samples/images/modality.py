@@ -113,6 +113,14 @@ def has_image_path(cls, config) -> bool:
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
+def command_sample(config, model, **options) -> tuple[dict, str | None]:
+    """``--multimodal``'s sample (``--modality images``): the image tokens counted by the model's own
+    vision path on the meta device (:func:`patcher.models.attempt.counted_image_sample`)."""
+    from ...models.attempt import counted_image_sample
+
+    return counted_image_sample(config, model, **options)
+
+
 def _has_builder(cls, config) -> bool:
     from ..sweep import has_multimodal_builder
 
@@ -139,6 +147,7 @@ IMAGES = Modality(
     path_field="image_path",
     has_path=has_image_path,
     text_alone_summary="need images",
+    command_sample=command_sample,
     sample_location=builder_location,
     vision_blocks=True,
 )
