@@ -21,6 +21,8 @@ examples:
       --ignore 're:model\\.visual' get_rope_index
   patcher trace TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --multimodal --vision-blocks
       # one subgraph per vision block (Qwen2VLVisionBlock, found like the decoder layers), then per text layer
+  patcher trace TraceableQwen2VLForConditionalGeneration Qwen2-VL-2B-Instruct --modality video
+      # a video per row (--modality NAME: any patcher/samples/NAME/modality.py; --multimodal: images)
 
 Targets and ignore entries are module class names or 're:' + a regex matching whole
 qualified module names. Ignore entries may also name functions or methods to keep as single
@@ -68,6 +70,7 @@ def _run_trace(args) -> int:
             targets_per_subgraph=args.targets_per_subgraph,
             unused_inputs=args.unused_inputs,
             towers=args.towers,
+            modality=args.modality,
         )
     except (ValueError, ImportError, OSError) as exc:
         print(f"patcher trace: error: {exc}", file=sys.stderr)
@@ -244,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         command = f"patcher {args.command}"
+        if getattr(args, "modality", None) is not None:  # a declared name: its declaration from here on
+            from .samples.modalities import named
+
+            args.modality = named(args.modality)
         return args.handler(args)
     except KeyboardInterrupt:
         print(f"\n{command}: interrupted; no output file was left half-written (run the command again)",

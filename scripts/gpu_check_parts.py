@@ -162,9 +162,8 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
 
     from patcher.coverage.check import _build, _text_samples
     from patcher.coverage.discover import find_layers, trace_targets
-    from patcher.samples.modalities import MODALITIES
+    from patcher.samples.modalities import MODALITIES, prepare_config
     from patcher.coverage.shrink import shrink_config
-    from patcher.samples.audio import fill_audio_ids
     from patcher.models import build_model, resolve_model_class
     from patcher.partition import run_subgraphs, trace_subgraphs
     from patcher.trace import DEFAULT_IGNORE, DroppedInputError
@@ -177,7 +176,7 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
     start = time.perf_counter()
     cls = resolve_model_class(name)
     config = shrink_config(cls.config_class)
-    fill_audio_ids(config, cls)
+    prepare_config(config, cls)  # as the sweep does: the modalities' (audio's placeholder ids)
     meta = build_model(cls, config, device="meta")
     classes, layer_list = find_layers(meta)
     targets = trace_targets(meta, classes, layer_list)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..registry.origins import noted_location, original_line
-from ..samples.modalities import MIN_INFLUENCE, MODALITIES, Modality
+from ..samples.modalities import MIN_INFLUENCE, MODALITIES, Modality, path_fields, prepare_config, prepare_model
 from ..verify.compare import compare, sweep_tolerance
 from ..verify.eager import eager_inputs, run_eagerly
 from ..trace.influence import eager_ignores, main_output as _output
@@ -61,10 +61,21 @@ class Attempt:
 def _modality_attempts(cls):
     """One ``Attempt | None`` field per modality, named by its ``attempt`` (``row.multimodal``,
     ``row.video``, ``row.audio``): None where the class is not given that modality. Declared by the
-    modality, so that adding one adds its field (and its column in the report's JSON rows)."""
+    modality, so that adding one adds its field (and its column in the report's JSON rows). A
+    modality's ``path_field`` (``row.image_path``: whether the class takes images at all; None: not
+    known, the class or config did not load) goes before ``text``, where the JSON rows have it."""
+    annotations = {}
+    for name, annotation in cls.__annotations__.items():
+        if name == "text":
+            for modality in MODALITIES:
+                if modality.path_field is not None:
+                    annotations[modality.path_field] = "bool | None"
+                    setattr(cls, modality.path_field, None)
+        annotations[name] = annotation
     for modality in MODALITIES:
-        cls.__annotations__[modality.attempt] = "Attempt | None"
+        annotations[modality.attempt] = "Attempt | None"
         setattr(cls, modality.attempt, None)
+    cls.__annotations__ = annotations
     return cls
 
 
@@ -81,9 +92,6 @@ class CoverageRow:
     parameters: int | None = None
     rewrites: dict[str, int] = field(default_factory=dict)
     patch_blockers: int = 0
-    #: whether the class takes images at all: its forward takes a pixel input or its config has a
-    #: vision part (None: not known, the class or config did not load)
-    image_path: bool | None = None
     text: Attempt | None = None
     #: images again, with the vision tower's blocks as targets too (VLMs whose image sample works)
     vision_blocks: Attempt | None = None
@@ -205,15 +213,10 @@ def _record_failure(attempt: Attempt, stage: str, exc: BaseException, generated:
 
 
 def _build(cls: type, config, seed: int):
-    from ..samples.audio import has_audio_path
     from ..models import random_model
-    from ..samples.audio.modality import unit_gain_convolutions
-    from ..samples.images.modality import rectifier_gain_timm_convolutions
 
     model = random_model(cls, config, seed)
-    if has_audio_path(cls, config):
-        unit_gain_convolutions(model, seed)
-    rectifier_gain_timm_convolutions(model, seed)
+    prepare_model(cls, config, model, seed)  # the modalities' (patcher.samples.*.modality)
     return model
 
 
@@ -234,7 +237,6 @@ def check_architecture(
     from ..models.traceable import load_traceable
     from .discover import find_layers, trace_targets
     from .shrink import shrink_config
-    from ..samples.audio import fill_audio_ids
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -247,9 +249,10 @@ def check_architecture(
             return row
         stage = "config"
         config = shrink_config(cls.config_class)
-        fill_audio_ids(config, cls)
+        prepare_config(config, cls)
         row.model_type = getattr(config, "model_type", None)
-        row.image_path = has_image_path(cls, config)
+        for name, value in path_fields(cls, config).items():
+            setattr(row, name, value)
         stage = "size"
         meta = build_model(cls, config, device="meta")
         row.parameters = sum(parameter.numel() for parameter in meta.parameters())
@@ -363,22 +366,6 @@ def check_architecture(
                                    original_file, atol)
     row.seconds = time.perf_counter() - start
     return row
-
-
-def pixel_inputs(cls) -> list[str]:
-    """The forward arguments of ``cls`` that carry pixels (``pixel_values``, ``pixel_values_videos``,
-    Fuyu's ``image_patches``, Kosmos-2.5's ``flattened_patches``)."""
-    try:
-        names = inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        return []
-    return [name for name in names if "pixel" in name or name.endswith("patches")]
-
-
-def has_image_path(cls, config) -> bool:
-    """Whether the class takes images at all: a pixel input in its forward, or a vision part in its
-    config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
-    return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
 #: The stage of a row whose class has no ``forward`` of its own (``nn.Module``'s

@@ -10,9 +10,7 @@ from pathlib import Path
 
 from .elsewhere import elsewhere_line, environment_name
 from .check import NO_FORWARD, NO_TOWER, Attempt, CoverageRow
-from ..samples.modalities import MODALITIES, TEXT_ALONE_STAGES, Modality, built as _built
-from ..samples.images.modality import NEEDS_IMAGES
-from ..samples.robot.modality import NEEDS_ROBOT
+from ..samples.modalities import MODALITIES, TEXT_ALONE_NAMED, TEXT_ALONE_STAGES, Modality, built as _built
 
 
 def _pct(part: int, whole: int) -> str:
@@ -39,13 +37,21 @@ def summary(rows: list[CoverageRow]) -> str:
     text_ran = [row for row in built if row.text and row.text.ran]
     text_traced = [row for row in text_ran if row.text.traced]
     text_equal = [row for row in text_ran if row.text.equal]
-    need_images = [row for row in built if row.text and row.text.stage == NEEDS_IMAGES]
     b = len(built)
     return (f"{total} architectures: built {b} ({_pct(b, total)}){_forward_share(rows)}; "
-            f"text: ran {len(text_ran)}" + (f" ({len(need_images)} need images)" if need_images else "")
+            f"text: ran {len(text_ran)}" + _text_alone_share(built)
             + f", traced {len(text_traced)} ({_pct(len(text_traced), b)} of built), "
             f"equal {len(text_equal)} ({_pct(len(text_equal), b)} of built)"
             + "".join(modality_share(rows, modality) for modality in MODALITIES))
+
+
+def _text_alone_share(built: list[CoverageRow]) -> str:
+    """`` (8 need images)``: the built rows whose text attempt stopped at a stage the modalities name
+    (``Modality.text_alone_summary``); empty when there is none."""
+    counts = [(sum(bool(row.text and row.text.stage == stage) for row in built), words)
+              for stage, words in TEXT_ALONE_NAMED.items()]
+    shares = [f"{count} {words}" for count, words in counts if count]
+    return f" ({', '.join(shares)})" if shares else ""
 
 
 def _counts(rows: list[CoverageRow], modality: Modality) -> tuple[int, list[Attempt]]:
@@ -346,7 +352,7 @@ def markdown(rows: list[CoverageRow], elapsed: float | None = None) -> str:
     for row in rows:
         text = row.text or Attempt("text")
         found = blocker(row)
-        needs_other = text.stage if text.stage in (NEEDS_IMAGES, NEEDS_ROBOT) else None
+        needs_other = text.stage if text.stage in TEXT_ALONE_NAMED else None
         cells = [
             row.architecture, NO_FORWARD if no_forward(row) else _yes(row.built) + (f" ({row.built_in})" if row.built_in else ""),
             needs_other if needs_other else _yes(text.traced) if row.built else "",

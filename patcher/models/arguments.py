@@ -5,14 +5,31 @@ Its own module, below the command modules that use it, so that no command module
 
 from __future__ import annotations
 
+from pathlib import Path
+
+
+def declared_modality_names() -> list[str]:
+    """The folders with a ``patcher/samples/<name>/modality.py`` declaration, found as
+    :mod:`patcher.samples.modalities` finds them but without importing them (``--help`` imports
+    no torch); :func:`patcher.samples.modalities.named` loads the one chosen."""
+    samples = Path(__file__).resolve().parents[1] / "samples"
+    return sorted(path.parent.name for path in samples.glob("*/modality.py"))
+
 
 def add_model_arguments(parser) -> None:
-    """MODEL_CLASS MODEL_ID [--multimodal] [--targets] [--ignore] [--no-default-ignore]: shared by commands."""
+    """MODEL_CLASS MODEL_ID [--multimodal | --modality NAME] [--targets] [--ignore] [--no-default-ignore]:
+    shared by commands."""
     parser.add_argument("model_class", metavar="MODEL_CLASS",
                         help="e.g. LlamaForCausalLM, package.module.Class, FILE.py:Class (a patched file) or "
                         "FOLDER:Class (a 'patcher patch -o FOLDER' output)")
     parser.add_argument("model_id", metavar="MODEL_ID", help="bundled config name, directory, config file or hub id")
-    parser.add_argument("--multimodal", action="store_true", help="trace with a multimodal sample (images)")
+    sample = parser.add_mutually_exclusive_group()
+    sample.add_argument("--multimodal", action="store_true",
+                        help="trace with the model's multimodal sample (images; the same as --modality images)")
+    names = declared_modality_names()
+    sample.add_argument("--modality", choices=names, metavar="NAME",
+                        help=f"trace with a sample of this declared modality ({', '.join(names)}; "
+                        "patcher/samples/NAME/modality.py), e.g. --modality video")
     parser.add_argument("--targets", nargs="+", metavar="T", help="sequential targets (default: decoder layers)")
     parser.add_argument("--vision-blocks", dest="towers", action="append_const", const="vision", default=[],
                         help="also cut at every block of the vision tower, before the targets (with --multimodal)")
@@ -36,4 +53,4 @@ def prepare_from_arguments(args):
 
     return prepare_trace(args.model_class, args.model_id, multimodal_data=args.multimodal,
                          sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
-                         extra_ignore=args.ignore, towers=args.towers)
+                         extra_ignore=args.ignore, towers=args.towers, modality=args.modality)

@@ -15,6 +15,7 @@ from ..registry.normalize import ModuleEntries, input_names, module_entries, pos
 from ..partition import Subgraph, trace_subgraphs
 from ..registry.plugins import TracingDefaults, drop_in_for, tracing_defaults
 from ..samples import is_vision_language, sample_input, text_only_note
+from ..samples.declaration import Modality
 from ..trace import DEFAULT_IGNORE, TracingError
 from ..trace.errors import TraceArgumentError
 from ..trace.tracer import sample_keys_not_taken
@@ -111,6 +112,7 @@ def prepare_trace(
     ignore: ModuleEntries | None = None,
     extra_ignore: ModuleEntries = (),
     towers: Iterable[str] | str = (),
+    modality: Modality | None = None,
     **sample_options,
 ) -> TraceSetup:
     """Build the model on the meta device, its sample, and the targets and ignore list to use.
@@ -125,6 +127,10 @@ def prepare_trace(
     name); a single string or class (targets, ignore, extra_ignore) is one entry, a single string
     one tower. They are checked (:mod:`patcher.registry.normalize`: ``TypeError`` naming the argument)
     before the config is read.
+
+    ``modality`` (a :class:`~patcher.samples.declaration.Modality`, ``patcher.samples.modalities.named(
+    "video")``): its ``command_sample`` instead of the text sample (``multimodal_data``: the model's
+    multimodal sample, images).
 
     ``towers`` (``"vision"``, ``"audio"``) puts the blocks of those towers before the targets
     (:func:`default_tower_targets`); the collection's ignore additions are then its tower ones (the zoo recipe's ``vision_ignore``)
@@ -155,7 +161,13 @@ def prepare_trace(
     ignore = list(ignore) + [entry for entry in extra_ignore if entry not in ignore]
     sample_options = {"device": "meta", **sample_options}
     notes: list[str] = []
-    if multimodal_data:
+    if modality is not None:
+        if modality.command_sample is None:
+            raise ValueError(f"the {modality.label} modality's declaration gives no command_sample: build a "
+                             f"{modality.noun} sample yourself and pass it to patcher.trace_subgraphs")
+        sample, note = modality.command_sample(config, model, **sample_options)
+        notes += [note] if note else []
+    elif multimodal_data:
         sample, note = counted_image_sample(config, model, **sample_options)
         notes += [note] if note else []
     else:
@@ -186,6 +198,20 @@ def counted_image_sample(config, model: nn.Module, **options) -> tuple[dict, str
                     f"model's vision path could not count them on the meta device ({reason}); a count that does "
                     "not match the model's image features fails only when the graph runs (check a real run, "
                     "e.g. patcher.verify.verify_subgraphs, or pass your own sample)")
+
+
+def sample_on_meta(build, what: str) -> dict:
+    """``build()`` (a sample whose counts ``model``'s own path makes) run with the model on the meta
+    device and integer inputs real; a failure is a ``ValueError`` naming ``what`` and the way out."""
+    from .meta_mode import MetaWhereMixed
+
+    try:
+        with MetaWhereMixed():
+            return build()
+    except Exception as exc:  # noqa: BLE001  (model code that reads values meta tensors lack)
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        raise ValueError(f"the {what} sample could not be built with the model on the meta device ({reason}); build "
+                         "it on a real model and pass it to patcher.trace_subgraphs") from exc
 
 
 def _is_model_class(value) -> bool:
@@ -221,6 +247,7 @@ def attempt_trace(
     extra_ignore: ModuleEntries = (),
     unused_inputs: Iterable[str] | str = (),
     towers: Iterable[str] | str = (),
+    modality: Modality | None = None,
 ) -> list[Subgraph] | None:
     """Build ``model_class`` from ``model_id``'s config on the meta device and try to trace it.
 
@@ -247,7 +274,8 @@ def attempt_trace(
     targets_per_subgraph = positive_int(targets_per_subgraph, "targets_per_subgraph")
     unused_inputs = input_names(unused_inputs, "unused_inputs")
     out = out or sys.stdout
-    setup = prepare_trace(model_class, model_id, multimodal_data, sequential_targets, ignore, extra_ignore, towers)
+    setup = prepare_trace(model_class, model_id, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
+                          modality)
     cls, model, sample, targets, ignore = setup.model_class, setup.model, setup.sample, setup.targets, setup.ignore
     print(f"Tracing {cls.__name__} ({model_id}) on the meta device, targets: {', '.join(targets)}", file=out)
     for note in setup.notes:
@@ -269,6 +297,6 @@ def attempt_trace(
     print(format_partition(subgraphs), file=out)
     print(f"(traced in {elapsed:.2f} s)", file=out)
     print(f"Successfully traced model into {len(subgraphs)} subgraphs!", file=out)
-    if not multimodal_data and is_vision_language(setup.config):
+    if not multimodal_data and modality is None and is_vision_language(setup.config):
         print(text_only_note(setup.config), file=out)
     return subgraphs

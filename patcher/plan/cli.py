@@ -74,7 +74,7 @@ def run_plan(args) -> int:
                           samples=args.samples, algorithm=args.algorithm, multimodal_data=args.multimodal,
                           sequential_targets=args.targets, ignore=[] if args.no_default_ignore else None,
                           extra_ignore=args.ignore, targets_per_subgraph=args.targets_per_subgraph,
-                          towers=args.towers, unused_inputs=args.unused_inputs)
+                          towers=args.towers, unused_inputs=args.unused_inputs, modality=args.modality)
     except TraceArgumentError as exc:  # targets that match nothing, an unknown --unused-input: a usage error
         print(f"patcher plan: error: {exc}", file=sys.stderr)
         return 2

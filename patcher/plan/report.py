@@ -67,9 +67,11 @@ def plan_model(
     targets_per_subgraph: int = 1,
     towers: Iterable[str] | str = (),
     unused_inputs: Iterable[str] | str = (),
+    modality=None,
 ) -> MemoryPlan:
     """Build ``model_class`` from ``model_id``'s config on the meta device, trace it with a sample of
-    ``batch_size x seq_len`` (images too with ``multimodal_data``) and plan its memory.
+    ``batch_size x seq_len`` (images too with ``multimodal_data``; ``modality``: a declared
+    modality's sample, as in :func:`patcher.models.attempt.prepare_trace`) and plan its memory.
 
     Targets and ignore entries read as in :func:`patcher.models.attempt.prepare_trace` (names, ``re:``
     patterns or ``nn.Module`` subclasses; a single string or class is one entry);
@@ -95,7 +97,7 @@ def plan_model(
     # the sample on CPU: plan_memory moves floats to meta and keeps the values of integer inputs (image grids)
     model_class, model_id = in_cli_order(model_class, model_id, "plan_model")
     setup = prepare_trace(model_class, model_id, multimodal_data, sequential_targets, ignore, extra_ignore, towers,
-                          device="cpu", batch_size=batch_size, seq_len=seq_len)
+                          modality, device="cpu", batch_size=batch_size, seq_len=seq_len)
     sample = setup.sample
     meta_sample = {key: value.to("meta") if hasattr(value, "to") else value for key, value in sample.items()}
     subgraphs = trace_subgraphs(setup.model, meta_sample, setup.targets, setup.ignore, targets_per_subgraph,

@@ -113,7 +113,8 @@ def run_graph(args) -> int:
     collapsed = should_collapse(subgraphs, args.collapse)
     title = args.title
     if title is None:
-        title = (f"{cls.__name__} ({args.model_id}{', multimodal' if args.multimodal else ''}): "
+        shown = ', multimodal' if args.multimodal else f', {args.modality.label}' if args.modality is not None else ''
+        title = (f"{cls.__name__} ({args.model_id}{shown}): "
                  f"{len(subgraphs)} subgraphs" + (", one box each" if collapsed else ""))
     try:
         path = render_partition(subgraphs, traced, args.output, args.collapse, model=model, title=title,

@@ -43,6 +43,29 @@ class Modality:
     #: the forward input that carries it in most families, the one ``vary`` changes
     #: (``pixel_values``): what the one-interface test feeds a model that ignores or reads it
     input_name: str
+    #: ``prepare_config(config, cls)``: what the sweep sets in every shrunk config before it builds
+    #: the class (the audio placeholder ids a tiny config lacks); None: nothing
+    prepare_config: Callable[[Any, type], None] | None = None
+    #: ``prepare_model(cls, config, model, seed)``: what the sweep changes in every model it builds,
+    #: the original and its traceable copies alike (weights redrawn so that a tiny tower carries its
+    #: input on); the hook decides which classes it applies to; None: nothing
+    prepare_model: Callable[[type, Any, Any, int], None] | None = None
+    #: when ``prepare_model`` runs among the modalities' (lowest first, then the report's order):
+    #: where two redraw the same weights, the later wins there
+    prepare_order: int = 0
+    #: the ``CoverageRow`` field (``image_path``) that records ``has_path(cls, config)``: whether
+    #: the class takes this input at all, even where the sweep cannot feed it; None: no such field
+    path_field: str | None = None
+    has_path: Callable[[type, Any], bool] | None = None
+    #: the summary's words for the built rows whose text attempt stopped at ``text_alone``
+    #: ("text: ran 296 (8 need images)"), whose text columns then show that stage; None: neither
+    #: (their text columns read "no", the modality's column says how the row went)
+    text_alone_summary: str | None = None
+    #: ``command_sample(config, model, **options)``: the sample ``patcher trace --modality <name>``
+    #: (``graph``, ``repair``, ``plan``) traces, and a note for the user or None; ``model`` is on the
+    #: meta device, ``options`` are ``sample_input``'s (``device``, a batch and length); None: the
+    #: commands refuse the modality, naming it
+    command_sample: Callable[..., tuple[dict, str | None]] | None = None
     #: ``sample_location(config)``: ``file:line`` where a sample whose input never reaches the
     #: output is made, named as the influence failure's location (None: not known)
     sample_location: Callable[[Any], str | None] = lambda config: None
@@ -51,6 +74,11 @@ class Modality:
     #: whether its samples carry images (a policy's camera images): an equal attempt counts as
     #: equal with images in the image-text-to-text metric
     carries_images: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.path_field is None) != (self.has_path is None):
+            raise TypeError(f"Modality {self.label!r}: path_field and has_path are declared together (the row field "
+                            "and what fills it), or neither")
 
     def given_to(self, rows) -> list:
         """The attempts of this modality in ``rows`` (rows of classes not given it have none)."""

@@ -43,5 +43,38 @@ def declared(folder: Path = Path(__file__).parent, package: str = __package__) -
 MODALITIES: tuple[Modality, ...] = declared()
 #: The text attempt's stages that say "needs another input", not "failed".
 TEXT_ALONE_STAGES = frozenset(modality.text_alone for modality in MODALITIES)
+#: The text-alone stages the report names (summary, text columns), with the summary's words, in the
+#: report's order (modalities sharing a stage share its words: the first that gives some).
+TEXT_ALONE_NAMED: dict[str, str] = {}
+for _modality in MODALITIES:
+    if _modality.text_alone_summary is not None:
+        TEXT_ALONE_NAMED.setdefault(_modality.text_alone, _modality.text_alone_summary)
 
-__all__ = ["MIN_INFLUENCE", "MODALITIES", "Modality", "TEXT_ALONE_STAGES", "built"]
+
+def named(name: str) -> Modality:
+    """The modality declared in ``patcher/samples/<name>/modality.py`` (``--modality NAME``)."""
+    module = importlib.import_module(f"{__package__}.{name}.modality")
+    return module.MODALITY
+
+
+def prepare_config(config, cls) -> None:
+    """Every modality's ``prepare_config`` on a config the sweep shrank, in the report's order."""
+    for modality in MODALITIES:
+        if modality.prepare_config is not None:
+            modality.prepare_config(config, cls)
+
+
+def prepare_model(cls, config, model, seed: int) -> None:
+    """Every modality's ``prepare_model`` on a model the sweep built, in ``prepare_order``."""
+    for modality in sorted(MODALITIES, key=lambda modality: modality.prepare_order):
+        if modality.prepare_model is not None:
+            modality.prepare_model(cls, config, model, seed)
+
+
+def path_fields(cls, config) -> dict[str, bool]:
+    """``{path_field: has_path(cls, config)}`` of every modality that records one on the row."""
+    return {modality.path_field: bool(modality.has_path(cls, config)) for modality in MODALITIES
+            if modality.path_field is not None}
+
+__all__ = ["MIN_INFLUENCE", "MODALITIES", "Modality", "TEXT_ALONE_NAMED", "TEXT_ALONE_STAGES", "built",
+           "named", "path_fields", "prepare_config", "prepare_model"]

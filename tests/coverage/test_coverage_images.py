@@ -262,7 +262,7 @@ def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_
 def test_image_path_is_a_pixel_input_or_a_vision_config(name, takes_images):
     import transformers
 
-    from patcher.coverage.check import has_image_path
+    from patcher.samples.images.modality import has_image_path
     from patcher.coverage.shrink import shrink_config
 
     cls = getattr(transformers, name)

@@ -180,3 +180,29 @@ def test_gemma3n_equals_eager_with_audio_too(coverage_row):
                                                                   attempt.blocker_location))
     assert attempt.max_diff == 0.0 and attempt.reuse_diff == 0.0 and attempt.equal, attempt
     assert attempt.influence > MIN_INFLUENCE, attempt
+
+
+@needs_timm
+def test_a_timm_tower_beside_an_audio_tower_keeps_its_own_redraw():
+    # Gemma 3n has both: audio's unit-gain redraw of every convolution runs first, images' redraw
+    # inside the timm tower after it (Modality.prepare_order), as _build did before the declarations
+    # held the preparation; the other order leaves the tower audio's weights
+    import torch
+
+    from patcher.coverage.check import _build
+    from patcher.models import random_model
+    from patcher.samples.audio.modality import unit_gain_convolutions
+    from patcher.samples.images.modality import rectifier_gain_timm_convolutions
+    from patcher.samples.modalities import prepare_config
+
+    cls = transformers.Gemma3nForConditionalGeneration
+    config = shrink_config(cls.config_class)
+    prepare_config(config, cls)
+    built = _build(cls, config, seed=0).state_dict()
+    in_order, flipped = random_model(cls, config, 0), random_model(cls, config, 0)
+    unit_gain_convolutions(in_order, 0)
+    rectifier_gain_timm_convolutions(in_order, 0)
+    rectifier_gain_timm_convolutions(flipped, 0)
+    unit_gain_convolutions(flipped, 0)
+    assert all(torch.equal(value, in_order.state_dict()[name]) for name, value in built.items())
+    assert not all(torch.equal(value, flipped.state_dict()[name]) for name, value in built.items())

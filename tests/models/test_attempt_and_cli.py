@@ -149,3 +149,71 @@ def test_the_default_sample_leaves_out_an_input_the_forward_cannot_take(tmp_path
     with pytest.raises(SampleInputError, match="'attention_mask', which xLSTMForCausalLM.forward does not name"):
         trace_subgraphs(setup.model, {**setup.sample, "attention_mask": setup.sample["input_ids"]},
                         sequential_targets=setup.targets)
+
+
+def test_modality_video_traces_the_model_with_a_video_per_row():
+    from patcher.models import load_config
+
+    result = run_cli("trace", "TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", "--modality", "video")
+    assert result.returncode == 0, result.stdout + result.stderr
+    layers = load_config("Qwen2-VL-2B-Instruct").text_config.num_hidden_layers
+    assert f"Successfully traced model into {layers + 1} subgraphs!" in result.stdout
+    assert "was not traced" not in result.stdout
+
+
+def test_modality_images_is_the_multimodal_sample_and_video_feeds_the_video_input():
+    import torch
+
+    from patcher.models.attempt import prepare_trace
+    from patcher.samples.modalities import named
+
+    args = ("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct")
+    multimodal = prepare_trace(*args, multimodal_data=True).sample
+    images = prepare_trace(*args, modality=named("images")).sample
+    assert multimodal.keys() == images.keys() and "pixel_values" in images
+    for name, value in multimodal.items():
+        other = images[name]
+        assert (value.shape, value.dtype, value.device) == (other.shape, other.dtype, other.device), name
+        if value.device.type != "meta":
+            assert torch.equal(value, other), name
+    video = prepare_trace(*args, modality=named("video")).sample
+    assert "pixel_values_videos" in video and "pixel_values" not in video
+
+
+def test_modality_choices_are_the_declared_modalities_and_exclude_multimodal():
+    from pathlib import Path
+
+    import patcher.samples
+    from patcher.models.arguments import declared_modality_names
+
+    folders = sorted(path.parent.name for path in Path(patcher.samples.__file__).parent.glob("*/modality.py"))
+    assert declared_modality_names() == folders and {"images", "video", "audio"} <= set(folders)
+    help_text = " ".join(run_cli("trace", "--help").stdout.split())
+    assert f"({', '.join(folders)}; patcher/samples/NAME/modality.py)" in help_text
+    assert "Qwen2-VL-2B-Instruct --modality video" in help_text
+    both = run_cli("trace", "LlamaForCausalLM", "Meta-Llama-3-8B", "--multimodal", "--modality", "video")
+    assert both.returncode == 2 and "not allowed with argument --multimodal" in both.stderr, both.stderr
+    unknown = run_cli("trace", "LlamaForCausalLM", "Meta-Llama-3-8B", "--modality", "smell")
+    assert unknown.returncode == 2 and "invalid choice: 'smell'" in unknown.stderr, unknown.stderr
+
+
+@pytest.mark.parametrize("name, traced", [("WhisperForConditionalGeneration", True),
+                                          ("Qwen2AudioForConditionalGeneration", False)])
+def test_modality_audio_counts_on_meta_or_says_why_it_cannot(tmp_path, name, traced):
+    # Whisper's clip runs its encoder on meta; Qwen2-Audio places its audio tokens by running the
+    # whole forward, whose token merge reads values meta tensors lack
+    from patcher.coverage.shrink import shrink_config
+    from patcher.models import resolve_model_class
+    from patcher.samples.audio import fill_audio_ids
+
+    cls = resolve_model_class(name)
+    config = shrink_config(cls.config_class)
+    fill_audio_ids(config, cls)
+    config.save_pretrained(tmp_path)
+    result = run_cli("trace", name, str(tmp_path), "--modality", "audio")
+    if traced:
+        assert result.returncode == 0 and "Successfully traced model into" in result.stdout, result.stdout + result.stderr
+    else:
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "the audio sample could not be built with the model on the meta device" in result.stderr
+        assert "pass it to patcher.trace_subgraphs" in result.stderr and "Traceback" not in result.stderr

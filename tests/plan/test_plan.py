@@ -424,3 +424,16 @@ def test_plan_model_takes_the_class_first_and_the_old_order_warns():
     assert any(issubclass(w.category, DeprecationWarning) and "plan_model(model_id, model_class)" in str(w.message)
                for w in caught)
     assert old.to_dict() == new.to_dict()
+
+
+def test_plan_with_a_declared_modality_plans_the_subgraphs_its_sample_runs():
+    # --modality reaches plan_model: a video sample runs the vision tower in subgraph 0, whose
+    # parameters the text sample's subgraph 0 never reads
+    from patcher.plan.report import plan_model
+    from patcher.samples.modalities import named
+
+    args = ("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct")
+    text = plan_model(*args, seq_len=64, samples=2)
+    video = plan_model(*args, seq_len=64, samples=2, modality=named("video"))
+    assert sum(video.subgraphs[0].parameter_bytes.values()) > sum(text.subgraphs[0].parameter_bytes.values())
+    assert len(video.subgraphs) == len(text.subgraphs)

@@ -72,3 +72,53 @@ def test_two_declarations_in_one_place_are_refused(on_path):
         "one": DECLARATION.format(label="one", order=3), "two": DECLARATION.format(label="two", order=3)})
     with pytest.raises(ValueError, match="share a place in the report's order"):
         declared(folder, "tz_modalities_tie")
+
+
+def _modality_packages() -> set[str]:
+    return {path.parent.name for path in SAMPLES.glob("*/modality.py")}
+
+
+@pytest.mark.parametrize("module", ["patcher/coverage/check.py", "patcher/coverage/report.py"])
+def test_the_sweep_and_its_report_reach_modalities_through_their_declarations_only(module):
+    # check.py once prepared configs and models with audio's and images' own functions and named
+    # has_image_path; report.py counted images' "needs images" stage: a new modality edited both.
+    import ast
+
+    tree = ast.parse((Path(patcher.samples.__file__).parents[2] / module).read_text(encoding="utf-8"))
+    named = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.lstrip(".").split(".")
+            if "samples" in parts and parts.index("samples") + 1 < len(parts) \
+                    and parts[parts.index("samples") + 1] in _modality_packages():
+                named.append(f"line {node.lineno}: from {'.' * node.level}{node.module}")
+    assert not named, named
+
+
+def test_model_preparations_run_in_their_declared_order():
+    # audio's redraw of every convolution first, then images' redraw inside timm towers, which wins
+    # there: the order _build had before the declarations held it
+    preparing = [modality.label for modality in sorted(MODALITIES, key=lambda modality: modality.prepare_order)
+                 if modality.prepare_model is not None]
+    assert preparing == ["audio", "images"]
+
+
+def test_a_row_field_without_what_fills_it_is_refused():
+    import dataclasses
+
+    from patcher.samples.images.modality import IMAGES
+
+    with pytest.raises(TypeError, match="path_field and has_path are declared together"):
+        dataclasses.replace(IMAGES, has_path=None)
+
+
+def test_a_text_alone_stage_a_modality_names_is_counted_and_shown(monkeypatch):
+    from patcher.coverage import report
+    from patcher.coverage.check import Attempt, CoverageRow
+
+    monkeypatch.setattr(report, "TEXT_ALONE_NAMED", {**report.TEXT_ALONE_NAMED, "needs state": "need a state"})
+    rows = [CoverageRow(name, built=True, text=Attempt("text", stage=stage, error="TypeError: x"))
+            for name, stage in (("A", "needs images"), ("B", "needs state"), ("C", "needs state"))]
+    assert "text: ran 0 (1 need images, 2 need a state), traced 0" in report.summary(rows)
+    line = next(line for line in report.markdown(rows).splitlines() if line.startswith("| B |"))
+    assert [cell.strip() for cell in line.split(" | ")][1:3] == ["yes", "needs state"], line

@@ -124,6 +124,27 @@ def _has_audio_path(cls, config) -> bool:
     return has_audio_path(cls, config)
 
 
+def command_sample(config, model, **options) -> tuple[dict, None]:
+    """``--modality audio``: one clip per row, its audio tokens counted by the model's own audio path
+    on the meta device (a model whose forward must run whole to place them may not run there: the
+    error says so)."""
+    from . import build_audio_sample
+    from ...models.attempt import sample_on_meta
+
+    return sample_on_meta(lambda: build_audio_sample(model, **options), "audio"), None
+
+
+def _fill_audio_ids(config, cls) -> None:
+    from . import fill_audio_ids
+
+    fill_audio_ids(config, cls)
+
+
+def _unit_gain_where_audio(cls, config, model, seed: int) -> None:
+    if _has_audio_path(cls, config):
+        unit_gain_convolutions(model, seed)
+
+
 AUDIO = Modality(
     label="audio", noun="audio", attempt="audio", given="with an audio input", varied="the clip",
     hint="check the sample's audio tokens and clip shape, and that the tiny audio tower carries its input on",
@@ -134,6 +155,11 @@ AUDIO = Modality(
     chain_runs_varied=True,
     order=2,
     input_name="input_features",
+    prepare_config=_fill_audio_ids,
+    prepare_model=_unit_gain_where_audio,
+    # every convolution of the model first: a timm tower's (images' redraw) wins inside the tower
+    prepare_order=0,
+    command_sample=command_sample,
 )
 
 #: what :mod:`patcher.samples.modalities` finds

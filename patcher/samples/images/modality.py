@@ -97,6 +97,30 @@ def builder_location(config) -> str | None:
         return None
 
 
+def pixel_inputs(cls) -> list[str]:
+    """The forward arguments of ``cls`` that carry pixels (``pixel_values``, ``pixel_values_videos``,
+    Fuyu's ``image_patches``, Kosmos-2.5's ``flattened_patches``)."""
+    try:
+        names = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return []
+    return [name for name in names if "pixel" in name or name.endswith("patches")]
+
+
+def has_image_path(cls, config) -> bool:
+    """Whether the class takes images at all: a pixel input in its forward, or a vision part in its
+    config (a vision tower fed another way, e.g. precomputed encoder outputs, still counts)."""
+    return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
+
+
+def command_sample(config, model, **options) -> tuple[dict, str | None]:
+    """``--multimodal``'s sample (``--modality images``): the image tokens counted by the model's own
+    vision path on the meta device (:func:`patcher.models.attempt.counted_image_sample`)."""
+    from ...models.attempt import counted_image_sample
+
+    return counted_image_sample(config, model, **options)
+
+
 def _has_builder(cls, config) -> bool:
     from ..sweep import has_multimodal_builder
 
@@ -115,6 +139,15 @@ IMAGES = Modality(
     chain_runs_varied=False,
     order=0,
     input_name="pixel_values",
+    # every model the sweep builds: the hook redraws only inside the timm towers it finds
+    prepare_model=lambda cls, config, model, seed: rectifier_gain_timm_convolutions(model, seed),
+    # after audio's redraw of every convolution, so that a timm tower's own wins inside it
+    prepare_order=1,
+    # the image-text-to-text metric counts the classes that take images at all
+    path_field="image_path",
+    has_path=has_image_path,
+    text_alone_summary="need images",
+    command_sample=command_sample,
     sample_location=builder_location,
     vision_blocks=True,
     carries_images=True,

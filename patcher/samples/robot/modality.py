@@ -91,6 +91,7 @@ ROBOT = Modality(
     label="robot", noun="robot state", attempt="robot", given="with a robot state", varied="the robot state",
     hint="check that the sample's state is max_state_dim wide and that the action expert attends to its token",
     text_alone=NEEDS_ROBOT,
+    text_alone_summary="need robot state",
     takes=takes_robot_state,
     samples=robot_samples,
     vary=with_other_state,

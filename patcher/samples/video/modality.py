@@ -19,6 +19,15 @@ def video_samples(config, model, seed: int) -> list[dict]:
                          generator=torch.Generator().manual_seed(seed + 1), **second_video_layout(config))]
 
 
+def command_sample(config, model, **options) -> tuple[dict, None]:
+    """``--modality video``: one video per row, its tokens counted by the model's own
+    ``get_video_features`` on the meta device."""
+    from . import video_sample
+    from ...models.attempt import sample_on_meta
+
+    return sample_on_meta(lambda: video_sample(config, model=model, **options), "video"), None
+
+
 def _has_video_layout(cls, config) -> bool:
     from . import has_video_layout
 
@@ -38,6 +47,8 @@ VIDEO = Modality(
     chain_runs_varied=True,
     order=1,
     input_name="pixel_values_videos",
+    text_alone_summary="need images",
+    command_sample=command_sample,
 )
 
 #: what :mod:`patcher.samples.modalities` finds
