@@ -195,13 +195,15 @@ def hooks_silenced(model: nn.Module) -> Iterator[None]:
         return {key for attr in ("_forward_hooks", "_forward_pre_hooks")
                 for key, hook in getattr(module, attr, {}).items() if is_output_capturing(hook)}
 
-    saved = [(module, attr, dict(getattr(module, attr))) for module in model.modules()
-             for attr in _HOOK_DICTS if hasattr(module, attr)]
-    kept = {module: capturing(module) for module in model.modules()}
+    # Only the hook dicts that hold something are copied and put back: a model has hundreds of
+    # modules and a few hooks, and this runs at every eager run of the trace.
+    modules = list(model.modules())
+    saved = [(module, attr, dict(hooks)) for module in modules for attr in _HOOK_DICTS
+             if (hooks := getattr(module, attr, None))]
     for module, attr, entries in saved:
-        hooks = getattr(module, attr)
+        hooks, kept = getattr(module, attr), capturing(module)
         for key in entries:
-            if key not in kept[module]:
+            if key not in kept:
                 del hooks[key]
     try:
         yield
@@ -213,6 +215,15 @@ def hooks_silenced(model: nn.Module) -> Iterator[None]:
             hooks.clear()
             hooks.update(entries)
             hooks.update(installed)
+        # a dict empty on entry keeps only the capture hooks transformers installed inside
+        filled = {(id(module), attr) for module, attr, _ in saved}
+        for module in modules:
+            for attr in _HOOK_DICTS:
+                hooks = getattr(module, attr, None)
+                if hooks and (id(module), attr) not in filled:
+                    kept = capturing(module)
+                    for key in [key for key in hooks if key not in kept]:
+                        del hooks[key]
 
 
 def run_on_sample(model: nn.Module, sample: Mapping[str, Any], flags: Mapping[str, Any],
