@@ -47,3 +47,22 @@ def tiny_model(model_name: str, seed: int = 0, dtype: torch.dtype = torch.float3
 def decoder_layer(model_name: str) -> str:
     return TEXT_MODELS[model_name][2]
 
+
+
+def assert_patched_text_chain_equals_eager(model_class, target: str) -> None:
+    """``model_class`` patched by ``load_traceable``, built tiny from its shrunk config, traced on
+    the sweep's text sample: one subgraph per ``target`` layer plus the head, its chain's logits
+    exactly eager's (cache off)."""
+    from patcher import DEFAULT_IGNORE, load_traceable, run_subgraphs, trace_subgraphs
+    from patcher.coverage import shrink_config
+    from patcher.samples.sweep import coverage_text_sample
+
+    config = shrink_config(model_class.config_class)
+    torch.manual_seed(0)
+    model = load_traceable(model_class)(config).eval()
+    sample = coverage_text_sample(config, batch_size=2, seq_len=6)
+    subgraphs = trace_subgraphs(model, sample, [target], DEFAULT_IGNORE)
+    assert len(subgraphs) == config.num_hidden_layers + 1
+    with torch.no_grad():
+        expected = model(**sample, use_cache=False).logits
+        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)

@@ -167,19 +167,9 @@ def test_a_result_of_one_opaque_call_is_none_as_for_the_sample_and_checked_at_ev
 def test_csm_traces_its_text_ids_into_one_subgraph_per_backbone_layer_equal_to_eager():
     import transformers
 
-    from patcher import DEFAULT_IGNORE, load_traceable
-    from patcher.coverage import shrink_config
-    from patcher.samples.sweep import coverage_text_sample
+    from tiny_models import assert_patched_text_chain_equals_eager
 
-    config = shrink_config(transformers.CsmConfig)
-    torch.manual_seed(0)
-    model = load_traceable(transformers.CsmForConditionalGeneration)(config).eval()
-    sample = coverage_text_sample(config, batch_size=2, seq_len=6)
-    subgraphs = trace_subgraphs(model, sample, ["CsmDecoderLayer"], DEFAULT_IGNORE)
-    assert len(subgraphs) == config.num_hidden_layers + 1
-    with torch.no_grad():
-        expected = model(**sample, use_cache=False).logits
-        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+    assert_patched_text_chain_equals_eager(transformers.CsmForConditionalGeneration, "CsmDecoderLayer")
 
 
 def test_moved_code_that_returns_no_none_for_the_sample_stays_one_call():

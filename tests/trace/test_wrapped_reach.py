@@ -142,19 +142,9 @@ def test_moshi_traces_without_labels_into_one_subgraph_per_decoder_layer_equal_t
     rewriter moves into a wrapped function handed the whole model, reads `self.embed_tokens` only."""
     import transformers
 
-    from patcher import DEFAULT_IGNORE, load_traceable
-    from patcher.coverage import shrink_config
-    from patcher.samples.sweep import coverage_text_sample
+    from tiny_models import assert_patched_text_chain_equals_eager
 
-    config = shrink_config(transformers.MoshiConfig)
-    torch.manual_seed(0)
-    model = load_traceable(transformers.MoshiForConditionalGeneration)(config).eval()
-    sample = coverage_text_sample(config, batch_size=2, seq_len=6)
-    subgraphs = trace_subgraphs(model, sample, ["MoshiDecoderLayer"], DEFAULT_IGNORE)
-    assert len(subgraphs) == config.num_hidden_layers + 1
-    with torch.no_grad():
-        expected = model(**sample, use_cache=False).logits
-        assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+    assert_patched_text_chain_equals_eager(transformers.MoshiForConditionalGeneration, "MoshiDecoderLayer")
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
