@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Rewrite GUIDE.md's rule table from the rule registry (patcher/registry/rules.py).
+"""Rewrite GUIDE.md's rule table from the rules' specs (the SPEC of
+each module in patcher/rewrite/rules/, read by patcher/registry/rules.py).
 
 The table sits between two markers in GUIDE.md; everything else in the file is left as is.
 Run it after adding or changing a rule spec; ``tests/registry/test_registry.py`` fails while it is stale.

@@ -1,7 +1,8 @@
 """What the rewriter and the tracer agree on, and nothing else: the bottom layer.
 
-- :mod:`.rules`: one :class:`~.rules.RuleSpec` per rule code (title, why, fix, GUIDE anchor, the
-  static issue kinds it owns, the tracer messages that diagnose it, its precedence);
+- :mod:`.rules`: what a rule's :class:`~.rules.RuleSpec` says (title, why, fix, GUIDE anchor, the
+  static issue kinds it owns, the tracer messages that diagnose it, its precedence), and ``RULES``:
+  every rule module's ``SPEC`` (``patcher/rewrite/rules/``), read from its source, not imported;
 - :mod:`.wrapped`: the name prefixes of the functions the rewriter creates, which the tracer
   and the renderer recognise;
 - :mod:`.ignore`: the functions and methods kept opaque by default;

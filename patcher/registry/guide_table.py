@@ -8,7 +8,7 @@ import re
 from .rules import RULES
 
 REGEN_COMMAND = "python scripts/regen_guide_rules.py"
-TABLE_START = f"<!-- rule table: generated from patcher/registry/rules.py by `{REGEN_COMMAND}`; do not edit -->"
+TABLE_START = f"<!-- rule table: generated from the SPECs of patcher/rewrite/rules/ by `{REGEN_COMMAND}`; do not edit -->"
 TABLE_END = "<!-- end of rule table -->"
 
 

@@ -1,18 +1,23 @@
-"""The rules, one spec per code: the single place a rule's identity, text and precedence live.
+"""What a rewrite rule is, and the table of every rule, for the rewriter and the tracer to agree on.
 
-A rule is three things: this spec, one transform module in ``patcher/rewrite/rules/`` (named by
-``RuleSpec.transform``, exposing ``SPEC``, ``HOOKS`` and ``rewrite(stmt, ctx)``) and one fixture folder of
-the same name in ``tests/rewrite/fixtures/``. The rewriter runs the transforms in precedence
-order, the tracer's diagnosis matches the symptoms, and ``patcher patch --help``, the manifest and
-GUIDE.md's rule table (``scripts/regen_guide_rules.py``) show the summaries; ``tests/registry/test_registry.py``
-holds them together.
+A rule is one module of ``patcher/rewrite/rules/`` plus one fixture folder of the same name in
+``tests/rewrite/fixtures/``. The module opens with its :class:`RuleSpec` (``SPEC = RuleSpec(...)``:
+code, texts, GUIDE anchor, the static issue kinds it claims, the tracer messages that show it, its
+precedence) and holds its transform (``HOOKS`` and ``rewrite(stmt, ctx)``). This module gives the
+words a spec is written in and reads every spec into :data:`RULES` without importing the
+transforms (which need libcst), so that the tracer's diagnosis and ``patcher --help`` stay cheap.
+The rewriter runs the transforms in precedence order, the tracer's diagnosis matches the symptoms,
+and ``patcher patch --help``, the manifest and GUIDE.md's rule table (``scripts/regen_guide_rules.py``)
+show the summaries; ``tests/registry/test_registry.py`` holds them together.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from enum import IntEnum
+from pathlib import Path
 
 #: Every rule code starts with it; a location naming a code (``TZ105``) forces that rule.
 CODE_PREFIX = "TZ"
@@ -52,9 +57,10 @@ class Level(IntEnum):
 
 CLEAN, META, VALUE = Level.CLEAN, Level.META, Level.VALUE
 
-# fx's messages: the same words whether the test reads values or shapes (the line tells).
-_CONTROL_FLOW = r"cannot be used as inputs to control flow|cond must be a bool"
-_ITERATED = r"cannot be iterated"
+#: fx's messages, for rule symptoms: the same words whether the test reads values or shapes (the
+#: line tells).
+FX_CONTROL_FLOW = r"cannot be used as inputs to control flow|cond must be a bool"
+FX_ITERATED = r"cannot be iterated"
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,6 @@ class RuleSpec:
     title: str
     summary: str  # one line: ``patcher patch --help``, the manifest's ``rule_descriptions``
     guide_anchor: str  # a ``### <anchor>`` section of GUIDE.md
-    transform: str  # module in patcher/rewrite/rules/ and folder in tests/rewrite/fixtures/
     stage: str  # HOIST or EXPRESSION
     #: Order within the rewriter (ascending; hoist rules all run before expression rules).
     precedence: int
@@ -99,164 +104,49 @@ class RuleSpec:
         return any(kind == k and (want is None or level == want) for k, want in self.claims)
 
 
-TZ101 = "TZ101"
-TZ102 = "TZ102"
-TZ103 = "TZ103"
-TZ104 = "TZ104"
-TZ105 = "TZ105"
-TZ106 = "TZ106"
-TZ107 = "TZ107"
+RULES_FOLDER = Path(__file__).resolve().parents[1] / "rewrite" / "rules"
 
-_SPECS = (
-    RuleSpec(
-        code=TZ101,
-        title="data-dependent branch",
-        summary="data-dependent if/elif and conditional expressions move into wrapped functions",
-        guide_anchor="conditional-execution",
-        transform="data_dependent_branch",
-        stage=HOIST,
-        # After TZ102 (a raise-only branch is a check); exclusive with TZ105, which takes
-        # tests on shapes (META) where this one takes tests on values.
-        precedence=20,
-        claims=((BOOL, VALUE),),
-        symptoms=(Symptom(
-            key="control_flow",
-            title="control flow on a tensor value",
-            why="`if`/`while`/`and`/`or`/ternaries need a concrete bool, but traced tensors are symbolic",
-            fix="move the statement into a module-level torch.fx.wrap function, or add the enclosing function to "
-                "`ignore`",
-            patterns=((_CONTROL_FLOW, None),),
-            precedence=40,  # whatever control flow the check and shape symptoms did not take
-            forces_rule=False,
-        ),),
-    ),
-    RuleSpec(
-        code=TZ102,
-        title="check on a traced value",
-        summary="checks on traced values (assert, if-raise, torch_compilable_check) move into wrapped _check_* "
-                "functions",
-        guide_anchor="asserts-and-checks",
-        transform="tensor_check",
-        stage=HOIST,
-        precedence=10,  # first: a check moves whole, with its message, whatever it tests
-        claims=((ASSERT, None), (CHECK, None)),
-        symptoms=(Symptom(
-            key="assert",
-            title="assert or check on a tensor value",
-            why="an assert/check needs a concrete bool, but while tracing tensors are symbolic",
-            fix="move the check into a module-level torch.fx.wrap function so it runs when the graph runs",
-            patterns=((r"cond must be a bool", None), (_CONTROL_FLOW, r"^assert|^[^(]*check")),
-            precedence=10,
-        ),),
-    ),
-    RuleSpec(
-        code=TZ103,
-        title="data-dependent loop or value",
-        summary="loops over tensors and .tolist()/.item()/itertools-driven code move into wrapped functions",
-        guide_anchor="wrapping-functions",
-        transform="data_dependent_loop",
-        stage=HOIST,
-        precedence=40,  # after the branch rules: a branch holding a loop moves whole, as a branch
-        claims=((ITER, None), (DATA, None), (SETITEM, None), (STARRED, VALUE)),
-        symptoms=(
-            Symptom(
-                key="iteration",
-                title="iteration over a traced value",
-                why="a loop over a tensor (or list(tensor), zip, enumerate) needs its length, which is data",
-                fix="wrap the loop in a module-level torch.fx.wrap function, or index over a range known from the "
-                    "config",
-                patterns=((_ITERATED, None),),
-                precedence=60,  # after starred shapes, which fail with the same message
-            ),
-            Symptom(
-                key="data_dependent",
-                title="data-dependent Python value (.item(), .tolist(), len())",
-                why="the code turns tensor data into Python values, which do not exist while tracing",
-                fix="wrap the function that uses them (add its name to `ignore`, or let the patcher wrap it)",
-                patterns=((r"'len' is not supported", None), (None, r"\.(item|tolist)\(")),
-                precedence=70,
-            ),
-        ),
-    ),
-    RuleSpec(
-        code=TZ104,
-        title="starred shape",
-        summary="starred unpacking of shapes becomes index-based / tuple-concatenation code",
-        guide_anchor="correcting-shape-inference",
-        transform="starred_shape",
-        stage=EXPRESSION,
-        precedence=50,  # before TZ106: both may rewrite one statement's expressions
-        claims=((STARRED, META), (SIZES, META)),
-        symptoms=(Symptom(
-            key="starred_shape",
-            title="starred unpacking of a shape",
-            why="`*shape` iterates a symbolic shape whose length fx cannot know",
-            fix="index the shape instead (`b, t = x.shape[0], x.shape[1]`; `shape + (-1,)`)",
-            patterns=((_ITERATED, r"(^|[(\[,=\s])\*(?!\*)\s*[A-Za-z_(]"),),
-            precedence=50,
-        ),),
-    ),
-    RuleSpec(
-        code=TZ105,
-        title="branch on a shape, rank or dtype",
-        summary="branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped; around "
-                "sequential targets, decided from the sample with a check in the graph",
-        guide_anchor="shape-and-dtype-inference",
-        transform="shape_branch",
-        stage=HOIST,
-        precedence=30,
-        claims=((BOOL, META), (FINFO, META)),
-        symptoms=(Symptom(
-            key="shape_branch",
-            title="control flow on a shape, ndim or dtype",
-            why="shapes of traced values are symbolic, so Python cannot decide the branch",
-            fix="rewrite so the result does not depend on the branch (e.g. always slice), or wrap the statement",
-            patterns=((_CONTROL_FLOW, r"\.(shape|ndim|dim\(\)|size\(|dtype)|\bisinstance\("),),
-            precedence=20,  # before value control flow, which has the same message
-        ),),
-    ),
-    RuleSpec(
-        code=TZ106,
-        title="ignored call",
-        summary="calls to ignored functions/methods become calls to module-level wrapped forwarders",
-        guide_anchor="wrapping-functions",
-        transform="ignored_call",
-        stage=EXPRESSION,
-        precedence=60,
-        claims=(),  # what it rewrites is named by the ignore list, not found by detect.py
-        symptoms=(Symptom(
-            key="unsupported_object",
-            title="a Python object fx cannot put into the graph",
-            why="a non-tensor object (a cache, a custom class) reached an opaque call or the graph output",
-            fix="trace with the cache off and keep the function that receives it opaque (`ignore`)",
-            patterns=((r"^argument of type", None),),
-            precedence=80,
-        ),),
-    ),
-    RuleSpec(
-        code=TZ107,
-        title="empty-shape guard",
-        summary="`if 0 in shape: return torch.empty(shape, ...)` before `return x.reshape(shape)` becomes a wrapped "
-                "rebinding of x to that empty tensor",
-        guide_anchor="shape-and-dtype-inference",
-        transform="empty_shape_guard",
-        stage=HOIST,
-        # Before TZ105 and TZ103, which would try to move the guard whole and refuse (it returns).
-        precedence=25,
-        claims=(),  # `0 in shape` is no issue detect.py finds: the construct is matched whole
-        symptoms=(Symptom(
-            key="empty_shape_guard",
-            title="a zero looked for in a traced shape",
-            why="`0 in shape` iterates a symbolic shape whose length and sizes fx cannot know",
-            fix="let the guard run when the graph runs: rebind the tensor to the empty one in a wrapped function",
-            patterns=((_ITERATED, r"^(if|elif)\s+0\s+in\s"),),
-            precedence=55,  # before iteration in general, which fails with the same message
-        ),),
-    ),
-)
 
-#: Code -> spec, in code order.
-RULES: dict[str, RuleSpec] = {spec.code: spec for spec in sorted(_SPECS, key=lambda spec: spec.code)}
+def read_specs(folder: Path = RULES_FOLDER) -> tuple[dict[str, RuleSpec], dict[str, str]]:
+    """Every rule module's ``SPEC`` in ``folder``, read from its source rather than imported.
+
+    A rule is one module of ``patcher/rewrite/rules/`` (its transform, which needs libcst) that opens
+    with ``SPEC = RuleSpec(...)``. The tracer's diagnosis and ``patcher --help`` need the specs
+    without libcst or the rewriter, so the ``SPEC`` expression is evaluated here on its own, with
+    nothing but this module's vocabulary in scope: a spec that names anything else fails here, with
+    its file and line. ``tests/registry/test_registry.py`` checks that each module's imported ``SPEC``
+    equals what is read here."""
+    vocabulary = {name: value for name, value in globals().items()
+                  if not name.startswith("_") and (isinstance(value, (str, Level)) or value in (RuleSpec, Symptom))}
+    specs: dict[str, RuleSpec] = {}
+    modules: dict[str, str] = {}
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found = [node for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)]
+        if not found:
+            continue  # a helper module of the rules (base, _chain...), no rule
+        node = found[0]
+        where = f"{path}:{node.lineno}"
+        try:
+            spec = eval(compile(ast.Expression(node.value), str(path), "eval"), {"__builtins__": {}}, vocabulary)
+        except Exception as exc:
+            raise RuntimeError(f"{where}: the rule's SPEC cannot be read on its own ({exc}); a SPEC may name only "
+                               f"patcher.registry.rules' vocabulary ({', '.join(sorted(vocabulary))}) and "
+                               f"literals") from exc
+        if not isinstance(spec, RuleSpec):
+            raise RuntimeError(f"{where}: SPEC must be a RuleSpec(...), not {type(spec).__name__}")
+        if spec.code in specs:
+            raise RuntimeError(f"{where}: rule code {spec.code} is already taken by {modules[spec.code]}.py; "
+                               f"give the rule a code of its own")
+        specs[spec.code], modules[spec.code] = spec, path.stem
+    order = sorted(specs)
+    return {code: specs[code] for code in order}, {code: modules[code] for code in order}
+
+
+#: Code -> spec, in code order; code -> the rule's module in ``patcher/rewrite/rules/`` (and its
+#: fixture folder in ``tests/rewrite/fixtures/``).
+RULES, RULE_MODULES = read_specs()
 
 
 def by_precedence(stage: str) -> tuple[RuleSpec, ...]:

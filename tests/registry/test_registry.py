@@ -1,8 +1,9 @@
 """The rule registry is the one place a rule is defined: everything else agrees with it.
 
-A rule is its spec (patcher/registry/rules.py), one transform module and one fixture folder;
-GUIDE.md's rule table and sections, ``patcher patch --help``, the manifest and the tracer's
-diagnosis are checked against the spec here.
+A rule is one module of patcher/rewrite/rules/ (its ``SPEC`` first, then its transform) and one
+fixture folder; the registry reads every ``SPEC`` from the source. GUIDE.md's rule table and
+sections, ``patcher patch --help``, the manifest and the tracer's diagnosis are checked against the
+specs here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from child_env import child_env
 
 from patcher.registry import rules as registry
 from patcher.registry.guide_table import REGEN_COMMAND, TABLE_END, TABLE_START, with_rule_table
-from patcher.registry.rules import NO_RULE, RULES, diagnose_symptom, rule_for_location
+from patcher.registry.rules import NO_RULE, RULE_MODULES, RULES, diagnose_symptom, read_specs, rule_for_location
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSFORMS = REPO / "patcher" / "rewrite" / "rules"
@@ -34,22 +35,49 @@ def _anchors(markdown: str) -> set[str]:
 
 def test_codes_are_distinct_and_no_rule_is_no_rule():
     assert all(code == spec.code and re.fullmatch(r"TZ1\d\d", code) for code, spec in RULES.items())
-    assert len(RULES) == len(registry._SPECS)  # no code given twice
-    assert len({spec.transform for spec in RULES.values()}) == len(RULES)
+    assert set(RULE_MODULES) == set(RULES) and len(set(RULE_MODULES.values())) == len(RULES)
     assert NO_RULE not in RULES and registry.names_a_code(NO_RULE)
 
 
 @pytest.mark.parametrize("code", list(RULES))
 def test_every_rule_has_a_transform_a_fixture_folder_and_a_guide_section(code):
-    spec = RULES[code]
-    module = importlib.import_module(f"patcher.rewrite.rules.{spec.transform}")
-    assert module.SPEC is spec and module.CODE == code and callable(module.rewrite)
-    assert sorted((FIXTURES / spec.transform).glob("*.in.py")), f"no fixture in tests/rewrite/fixtures/{spec.transform}/"
+    spec, name = RULES[code], RULE_MODULES[code]
+    module = importlib.import_module(f"patcher.rewrite.rules.{name}")
+    # the spec read from the source is the one the module builds when imported
+    assert module.SPEC == spec and module.CODE == code and callable(module.rewrite)
+    assert sorted((FIXTURES / name).glob("*.in.py")), f"no fixture in tests/rewrite/fixtures/{name}/"
     assert spec.guide_anchor in _anchors(GUIDE), f"GUIDE.md has no section #{spec.guide_anchor}"
 
 
+def _rule_source(code: str, extra: str = "") -> str:
+    return (f"import libcst\nfrom ...registry.rules import HOIST, RuleSpec\n{extra}\n"
+            f"SPEC = RuleSpec(code={code!r}, title='t', summary='s', guide_anchor='a', stage=HOIST, precedence=1,\n"
+            f"                claims=())\n")
+
+
+def test_a_spec_is_read_without_importing_its_module(tmp_path):
+    (tmp_path / "first_rule.py").write_text(_rule_source("TZ190", "raise SystemExit('imported')"))
+    (tmp_path / "helper.py").write_text("raise SystemExit('imported')\n")  # no SPEC: a helper, skipped
+    specs, modules = read_specs(tmp_path)
+    assert list(specs) == ["TZ190"] and modules == {"TZ190": "first_rule"}
+    assert specs["TZ190"].stage == registry.HOIST and specs["TZ190"].precedence == 1
+
+
+def test_a_code_given_twice_names_both_modules(tmp_path):
+    (tmp_path / "a_rule.py").write_text(_rule_source("TZ190"))
+    (tmp_path / "b_rule.py").write_text(_rule_source("TZ190"))
+    with pytest.raises(RuntimeError, match=r"b_rule.py:4: rule code TZ190 is already taken by a_rule.py"):
+        read_specs(tmp_path)
+
+
+def test_a_spec_naming_anything_but_the_vocabulary_names_file_and_line(tmp_path):
+    (tmp_path / "a_rule.py").write_text(_rule_source("TZ190").replace("precedence=1", "precedence=ORDER"))
+    with pytest.raises(RuntimeError, match=r"a_rule.py:4: the rule's SPEC cannot be read on its own \(name 'ORDER'"):
+        read_specs(tmp_path)
+
+
 def test_no_transform_or_fixture_folder_without_a_rule():
-    transforms = {spec.transform for spec in RULES.values()}
+    transforms = set(RULE_MODULES.values())
     modules = {p.stem for p in TRANSFORMS.glob("*.py") if not p.stem.startswith("_") and p.stem != "base"}
     folders = {p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))}
     assert modules == transforms and folders == transforms

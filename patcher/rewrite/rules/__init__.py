@@ -1,7 +1,9 @@
 """The rewrite rules, one module each, run in the precedence their specs give.
 
-Which module implements a rule, and in which order the engine tries it on a statement, is data
-in ``patcher/registry/rules.py`` (``RuleSpec.transform``, ``stage``, ``precedence``): hoisting
+Each module opens with its spec (``SPEC = RuleSpec(...)``, read into ``patcher.registry.rules.RULES``
+without importing the module) and holds its transform; a module without ``SPEC`` is a helper of
+the rules. In which order the engine tries a rule on a statement is its spec's ``stage`` and
+``precedence``: hoisting
 rules first (a statement that moves needs nothing else), then the expression rewrites, several
 of which can apply to one statement. What a rule decides beyond one statement is its module's
 ``HOOKS`` (:class:`.base.RuleHooks`); the views below list the rules that own each decision, in
@@ -10,14 +12,15 @@ the same precedence, so that the engine iterates them and names no rule.
 
 import importlib
 
-from ...registry.rules import EXPRESSION, HOIST, RuleSpec, by_precedence
+from ...registry.rules import EXPRESSION, HOIST, RULE_MODULES, RuleSpec, by_precedence
 from .base import RuleContext, RuleHooks
 
 
 def _transform(spec: RuleSpec):
-    module = importlib.import_module(f"{__name__}.{spec.transform}")
-    if getattr(module, "SPEC", None) is not spec:
-        raise ImportError(f"{module.__name__} must define SPEC = RULES[{spec.code!r}]")
+    module = importlib.import_module(f"{__name__}.{RULE_MODULES[spec.code]}")
+    if getattr(module, "SPEC", None) != spec:
+        raise ImportError(f"{module.__name__}: its SPEC, imported, is not the spec patcher.registry.rules read from "
+                          f"its source: SPEC must be one RuleSpec(...) written in the registry's vocabulary")
     if not isinstance(getattr(module, "HOOKS", None), RuleHooks):
         raise ImportError(f"{module.__name__} must define HOOKS = RuleHooks(...) (RuleHooks() when it owns none)")
     hooks = module.HOOKS

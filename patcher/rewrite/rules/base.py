@@ -1,13 +1,14 @@
 """What every rule module provides, and the context a rule works in.
 
-A rule module (one per file, named by its spec's ``transform`` in ``patcher/registry/rules.py``,
-where its code, texts and precedence live) defines:
+A rule module (one per file; its fixtures are ``tests/rewrite/fixtures/<module name>/``) defines:
 
-- ``SPEC``: its :class:`patcher.registry.rules.RuleSpec`, and ``CODE = SPEC.code`` (``TZ101`` ...),
-  used in comments, manifests and tracer errors;
+- ``SPEC = RuleSpec(...)``, first: its code, texts and precedence (a
+  :class:`patcher.registry.rules.RuleSpec` written in that module's vocabulary only, which the
+  registry reads from the source without importing the rule), and ``CODE = SPEC.code`` (``TZ101``
+  ...), used in comments, manifests and tracer errors;
 - ``HOOKS``: a :class:`RuleHooks`, the decisions the rule owns beyond one statement (which
   targeted statements it takes, which methods it wraps whole, which calls it forwards);
-  ``RuleHooks()`` when it owns none. The engine asks every rule's hooks in the registry's
+  ``RuleHooks()`` when it owns none. The engine asks every rule's hooks in the specs'
   precedence and names no rule itself;
 - ``rewrite(stmt, ctx: RuleContext) -> list[cst.BaseStatement] | None``: the statements replacing
   ``stmt``, or None when the rule does not apply. Rules never mutate; they ask ``ctx`` to hoist or
@@ -38,7 +39,7 @@ def claimed(issues: list, spec: registry.RuleSpec) -> list:
 
 @dataclass(frozen=True)
 class RuleHooks:
-    """A rule's decisions outside ``rewrite``: the engine iterates the rules (in the registry's
+    """A rule's decisions outside ``rewrite``: the engine iterates the rules (in the specs'
     precedence) and asks these, so that no rule's choice is made in the engine."""
 
     #: A targeted location that names no rule (``bool``, or a symptom with ``forces_rule=False``):

@@ -15,7 +15,7 @@ import libcst as cst
 
 from typing import Iterator
 
-from ...registry.rules import RULES, TZ101
+from ...registry.rules import BOOL, FX_CONTROL_FLOW, HOIST, META, RuleSpec, Symptom, VALUE
 from ..detect import iter_statements
 from ..hoist import is_fx_wrapped
 from ..targets import TargetIndex
@@ -27,7 +27,27 @@ from ._conditional import hoist_conditionals, nested_conditionals
 from .base import RuleContext, RuleHooks, claimed
 from .data_dependent_loop import NEVER_WRAP_WHOLE
 
-SPEC = RULES[TZ101]
+SPEC = RuleSpec(
+    code="TZ101",
+    title="data-dependent branch",
+    summary="data-dependent if/elif and conditional expressions move into wrapped functions",
+    guide_anchor="conditional-execution",
+    stage=HOIST,
+    # After TZ102 (a raise-only branch is a check); exclusive with TZ105, which takes
+    # tests on shapes (META) where this one takes tests on values.
+    precedence=20,
+    claims=((BOOL, VALUE),),
+    symptoms=(Symptom(
+        key="control_flow",
+        title="control flow on a tensor value",
+        why="`if`/`while`/`and`/`or`/ternaries need a concrete bool, but traced tensors are symbolic",
+        fix="move the statement into a module-level torch.fx.wrap function, or add the enclosing function to "
+            "`ignore`",
+        patterns=((FX_CONTROL_FLOW, None),),
+        precedence=40,  # whatever control flow the check and shape symptoms did not take
+        forces_rule=False,
+    ),),
+)
 CODE = SPEC.code
 
 

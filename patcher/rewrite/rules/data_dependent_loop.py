@@ -14,7 +14,7 @@ import libcst as cst
 
 from typing import Iterator
 
-from ...registry.rules import DATA, ITER, RULES, SETITEM, TZ103
+from ...registry.rules import DATA, FX_ITERATED, HOIST, ITER, RuleSpec, SETITEM, STARRED, Symptom, VALUE
 from ..detect import find_issues, iter_statements
 from ..hoist import is_fx_wrapped
 from ..targets import TargetIndex
@@ -23,7 +23,34 @@ from ..taint import CLEAN, VALUE, Taint, dotted, function_taint
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import RuleContext, RuleHooks, claimed
 
-SPEC = RULES[TZ103]
+SPEC = RuleSpec(
+    code="TZ103",
+    title="data-dependent loop or value",
+    summary="loops over tensors and .tolist()/.item()/itertools-driven code move into wrapped functions",
+    guide_anchor="wrapping-functions",
+    stage=HOIST,
+    precedence=40,  # after the branch rules: a branch holding a loop moves whole, as a branch
+    claims=((ITER, None), (DATA, None), (SETITEM, None), (STARRED, VALUE)),
+    symptoms=(
+        Symptom(
+            key="iteration",
+            title="iteration over a traced value",
+            why="a loop over a tensor (or list(tensor), zip, enumerate) needs its length, which is data",
+            fix="wrap the loop in a module-level torch.fx.wrap function, or index over a range known from the "
+                "config",
+            patterns=((FX_ITERATED, None),),
+            precedence=60,  # after starred shapes, which fail with the same message
+        ),
+        Symptom(
+            key="data_dependent",
+            title="data-dependent Python value (.item(), .tolist(), len())",
+            why="the code turns tensor data into Python values, which do not exist while tracing",
+            fix="wrap the function that uses them (add its name to `ignore`, or let the patcher wrap it)",
+            patterns=((r"'len' is not supported", None), (None, r"\.(item|tolist)\(")),
+            precedence=70,
+        ),
+    ),
+)
 CODE = SPEC.code
 
 # Methods that are the graph itself: wrapping them whole would make the model opaque.

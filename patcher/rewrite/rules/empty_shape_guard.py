@@ -18,12 +18,30 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.rules import RULES, TZ107
+from ...registry.rules import FX_ITERATED, HOIST, RuleSpec, Symptom
 from ..taint import CLEAN, dotted
 from ..walk import descendants
 from .base import RuleContext, RuleHooks
 
-SPEC = RULES[TZ107]
+SPEC = RuleSpec(
+    code="TZ107",
+    title="empty-shape guard",
+    summary="`if 0 in shape: return torch.empty(shape, ...)` before `return x.reshape(shape)` becomes a wrapped "
+            "rebinding of x to that empty tensor",
+    guide_anchor="shape-and-dtype-inference",
+    stage=HOIST,
+    # Before TZ105 and TZ103, which would try to move the guard whole and refuse (it returns).
+    precedence=25,
+    claims=(),  # `0 in shape` is no issue detect.py finds: the construct is matched whole
+    symptoms=(Symptom(
+        key="empty_shape_guard",
+        title="a zero looked for in a traced shape",
+        why="`0 in shape` iterates a symbolic shape whose length and sizes fx cannot know",
+        fix="let the guard run when the graph runs: rebind the tensor to the empty one in a wrapped function",
+        patterns=((FX_ITERATED, r"^(if|elif)\s+0\s+in\s"),),
+        precedence=55,  # before iteration in general, which fails with the same message
+    ),),
+)
 CODE = SPEC.code
 HOOKS = RuleHooks()
 

@@ -11,11 +11,27 @@ from typing import Callable
 
 import libcst as cst
 
-from ...registry.rules import RULES, TZ106
+from ...registry.rules import EXPRESSION, RuleSpec, Symptom
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import RuleContext, RuleHooks
 
-SPEC = RULES[TZ106]
+SPEC = RuleSpec(
+    code="TZ106",
+    title="ignored call",
+    summary="calls to ignored functions/methods become calls to module-level wrapped forwarders",
+    guide_anchor="wrapping-functions",
+    stage=EXPRESSION,
+    precedence=60,
+    claims=(),  # what it rewrites is named by the ignore list, not found by detect.py
+    symptoms=(Symptom(
+        key="unsupported_object",
+        title="a Python object fx cannot put into the graph",
+        why="a non-tensor object (a cache, a custom class) reached an opaque call or the graph output",
+        fix="trace with the cache off and keep the function that receives it opaque (`ignore`)",
+        patterns=((r"^argument of type", None),),
+        precedence=80,
+    ),),
+)
 CODE = SPEC.code
 
 

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ...registry.rules import RULES, TZ105
+from ...registry.rules import BOOL, FINFO, FX_CONTROL_FLOW, HOIST, META, RuleSpec, Symptom
 from ..detect import iter_statements
 from ..hoist import unhoistable
 from ..targets import TargetIndex
@@ -25,7 +25,24 @@ from ._chain import branches, first_branch, hoist_from
 from .base import RuleContext, RuleHooks, claimed
 from .data_dependent_loop import wrappable_methods
 
-SPEC = RULES[TZ105]
+SPEC = RuleSpec(
+    code="TZ105",
+    title="branch on a shape, rank or dtype",
+    summary="branches on .shape/.ndim/.dtype and torch.finfo of traced dtypes become generic or wrapped; around "
+            "sequential targets, decided from the sample with a check in the graph",
+    guide_anchor="shape-and-dtype-inference",
+    stage=HOIST,
+    precedence=30,
+    claims=((BOOL, META), (FINFO, META)),
+    symptoms=(Symptom(
+        key="shape_branch",
+        title="control flow on a shape, ndim or dtype",
+        why="shapes of traced values are symbolic, so Python cannot decide the branch",
+        fix="rewrite so the result does not depend on the branch (e.g. always slice), or wrap the statement",
+        patterns=((FX_CONTROL_FLOW, r"\.(shape|ndim|dim\(\)|size\(|dtype)|\bisinstance\("),),
+        precedence=20,  # before value control flow, which has the same message
+    ),),
+)
 CODE = SPEC.code
 
 

@@ -19,14 +19,30 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.rules import RULES, STARRED, TZ104
+from ...registry.rules import EXPRESSION, FX_ITERATED, META, RuleSpec, SIZES, STARRED, Symptom
 from ..wrapper_names import describe
 from ..detect import SIZE_FACTORIES
 from ..taint import VALUE, dotted
 from ._own_expressions import ScopedTransformer, transform_own_expressions
 from .base import RuleContext, RuleHooks, claimed
 
-SPEC = RULES[TZ104]
+SPEC = RuleSpec(
+    code="TZ104",
+    title="starred shape",
+    summary="starred unpacking of shapes becomes index-based / tuple-concatenation code",
+    guide_anchor="correcting-shape-inference",
+    stage=EXPRESSION,
+    precedence=50,  # before TZ106: both may rewrite one statement's expressions
+    claims=((STARRED, META), (SIZES, META)),
+    symptoms=(Symptom(
+        key="starred_shape",
+        title="starred unpacking of a shape",
+        why="`*shape` iterates a symbolic shape whose length fx cannot know",
+        fix="index the shape instead (`b, t = x.shape[0], x.shape[1]`; `shape + (-1,)`)",
+        patterns=((FX_ITERATED, r"(^|[(\[,=\s])\*(?!\*)\s*[A-Za-z_(]"),),
+        precedence=50,
+    ),),
+)
 CODE = SPEC.code
 HOOKS = RuleHooks()
 

@@ -6,14 +6,31 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ...registry.rules import ASSERT, RULES, TZ102
+from ...registry.rules import ASSERT, CHECK, FX_CONTROL_FLOW, HOIST, RuleSpec, Symptom
 from ...registry.wrapped import CHECK_PREFIX
 from ..wrapper_names import describe
 from ..taint import CLEAN
 from ._chain import branches, first_branch, hoist_from
 from .base import RuleContext, RuleHooks, claimed
 
-SPEC = RULES[TZ102]
+SPEC = RuleSpec(
+    code="TZ102",
+    title="check on a traced value",
+    summary="checks on traced values (assert, if-raise, torch_compilable_check) move into wrapped _check_* "
+            "functions",
+    guide_anchor="asserts-and-checks",
+    stage=HOIST,
+    precedence=10,  # first: a check moves whole, with its message, whatever it tests
+    claims=((ASSERT, None), (CHECK, None)),
+    symptoms=(Symptom(
+        key="assert",
+        title="assert or check on a tensor value",
+        why="an assert/check needs a concrete bool, but while tracing tensors are symbolic",
+        fix="move the check into a module-level torch.fx.wrap function so it runs when the graph runs",
+        patterns=((r"cond must be a bool", None), (FX_CONTROL_FLOW, r"^assert|^[^(]*check")),
+        precedence=10,
+    ),),
+)
 CODE = SPEC.code
 HOOKS = RuleHooks()
 
