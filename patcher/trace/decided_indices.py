@@ -7,7 +7,7 @@ names, not one picked when it runs. Which module the sample picks is worked out 
 are (:mod:`patcher.trace.decisions`: the part of the graph that computes the index runs on the sample,
 between two traces), the trace calls that module, and the graph checks the index at every run: an
 input that would pick another module raises :class:`~patcher.trace.errors.BranchDecisionError` instead
-of running the sample's module.
+of running the sample's module. A slice's traced bounds (``self.layers[:count]``) are decided alike.
 """
 
 from __future__ import annotations
@@ -58,11 +58,20 @@ def decided_container_indices(tracer: fx.Tracer, may_decide: Callable[[], bool])
     which refuses it."""
     originals = {container: container.__dict__["__getitem__"] for container in MODULE_CONTAINERS}
 
+    def decided(container: nn.Module, value: Any, what: str) -> Any:
+        if not (isinstance(value, fx.Proxy) and value.tracer is tracer and may_decide()):
+            return value
+        what = f"{what} {_container_path(tracer, container)}"
+        return tracer.decisions.answer_measured(tracer, value, container_key, check_decided_index, what)
+
     def patched(original):
         def __getitem__(container, index):
-            if isinstance(index, fx.Proxy) and index.tracer is tracer and may_decide():
-                what = f"the index of {_container_path(tracer, container)}"
-                index = tracer.decisions.answer_measured(tracer, index, container_key, check_decided_index, what)
+            if isinstance(index, slice):  # self.layers[:count]: each traced bound decided
+                index = slice(decided(container, index.start, "the start of the slice of"),
+                              decided(container, index.stop, "the end of the slice of"),
+                              decided(container, index.step, "the step of the slice of"))
+            else:
+                index = decided(container, index, "the index of")
             return original(container, index)
 
         __getitem__.__wrapped__ = original

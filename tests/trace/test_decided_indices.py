@@ -68,6 +68,29 @@ def test_a_head_picked_by_a_tensors_value_is_the_samples_and_another_is_refused(
         run_subgraphs(model, subgraphs, _sample(3, step=2))
 
 
+class FirstLayers(nn.Module):
+    """Runs as many layers as the input has positions: a slice of a ModuleList with a traced bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, hidden):
+        for layer in self.layers[: hidden.shape[1]]:
+            hidden = torch.relu(layer(hidden))
+        return {"logits": hidden}
+
+
+def test_a_slice_with_a_traced_bound_runs_the_samples_layers_and_refuses_another_count():
+    torch.manual_seed(0)
+    model = FirstLayers().eval()
+    subgraphs = list(trace_subgraphs(model, _sample(2), [r"re:layers\.\d+"]))
+    assert [subgraph.targets for subgraph in subgraphs] == [["layers.0"], ["layers.1"], []]
+    assert _equal_to_eager(model, subgraphs, _sample(2, batch=3))
+    with pytest.raises(BranchDecisionError, match="the end of the slice of 'layers' .* is 3 here and was 2"):
+        run_subgraphs(model, subgraphs, _sample(3))
+
+
 def test_qwen3_omni_code_predictor_calls_the_prefills_head_and_refuses_a_longer_prefill():
     """The code predictor's prefill picks ``lm_head[inputs_embeds.shape[1] - 2]``: the talker always
     hands it two positions (head 0); three would pick head 1, which the graph does not call."""
