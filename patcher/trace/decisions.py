@@ -38,7 +38,7 @@ class DecisionNeeded(BaseException):
     def __init__(self, node: fx.Node, measure: Callable[[Any], Any] = bool):
         super().__init__(node.name)
         self.node = node
-        self.measure = measure  # what of the node's value for the sample is decided (bool, len)
+        self.measure = measure  # what of the node's value for the sample is decided (bool, len, an index)
 
 
 def is_decision(node: fx.Node) -> bool:
@@ -59,7 +59,7 @@ class Decisions:
     """The answers of earlier traces, handed out in order to the conditions of the current one."""
 
     def __init__(self):
-        self.values: list[bool] = []
+        self.values: list[Any] = []  # bools, lengths, container indices
         self.used = 0
 
     def restart(self) -> None:
@@ -76,14 +76,22 @@ class Decisions:
     def answer_length(self, tracer: fx.Tracer, proxy: fx.Proxy, check: Callable) -> int:
         """How many items ``proxy`` (a sequence of tensors) has for the sample; ``check(value, count,
         where)`` is added to the graph to refuse a run with another count."""
-        if self.used == len(self.values):
-            raise DecisionNeeded(proxy.node, len)
-        count = self.values[self.used]
-        self.used += 1
-        tracer.create_proxy("call_function", check, (proxy, count, describe_node(proxy.node)), {})
-        return count
+        return self.answer_measured(tracer, proxy, len, check)
 
-    def add(self, value: bool | int) -> None:
+    def answer_measured(self, tracer: fx.Tracer, proxy: fx.Proxy, measure: Callable[[Any], Any], check: Callable,
+                        what: str | None = None) -> Any:
+        """``measure`` of ``proxy``'s value for the sample (its length, the index it stands for);
+        ``check(value, answer, where)`` is added to the graph to refuse a run with another answer.
+        ``what``: what the value is, for the check's message (it names the node's line either way)."""
+        if self.used == len(self.values):
+            raise DecisionNeeded(proxy.node, measure)
+        answer = self.values[self.used]
+        self.used += 1
+        where = describe_node(proxy.node) if what is None else f"{what} ({describe_node(proxy.node)})"
+        tracer.create_proxy("call_function", check, (proxy, answer, where), {})
+        return answer
+
+    def add(self, value: bool | int | str) -> None:
         if len(self.values) >= MAX_DECISIONS:
             raise TracingError(f"more than {MAX_DECISIONS} branch decisions in one trace: refused, since the "
                                "trace does not come to an end")
@@ -92,8 +100,8 @@ class Decisions:
 
 def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
                  constants: Mapping[str, Any], measure: Callable[[Any], Any] = bool) -> Any:
-    """``measure`` of the value ``node`` (a decided condition, a sequence of decided length) has
-    for ``sample`` (see :func:`sample_result`)."""
+    """``measure`` of the value ``node`` (a decided condition, a sequence of decided length, a
+    container's index) has for ``sample`` (see :func:`sample_result`)."""
     try:
         return measure(sample_result(graph, node, model, sample, constants))
     except Exception as exc:

@@ -23,6 +23,7 @@ from torch import fx
 
 from ..registry.origins import noted_origin
 from ..registry.wrapped import CHECK_PREFIX
+from .decided_indices import check_decided_index
 from .errors import TraceArgumentError, TracingError
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -109,8 +110,11 @@ def _mutates_in_place(node: fx.Node) -> bool:
 
 
 def live_nodes(graph: fx.Graph) -> set[fx.Node]:
-    """Nodes whose value reaches an output node, or that may write into a value that does."""
-    roots = [node for node in graph.nodes if node.op == "output" or _mutates_in_place(node)]
+    """Nodes whose value reaches an output node, or that may write into a value that does, or that
+    pick the module the graph calls (the check of a container's index decided from the sample: the
+    output depends on the index through the module it picked, which no edge of the graph shows)."""
+    roots = [node for node in graph.nodes if node.op == "output" or _mutates_in_place(node)
+             or (node.op == "call_function" and node.target is check_decided_index)]
     live: set[fx.Node] = set()
     stack = list(roots)
     while stack:

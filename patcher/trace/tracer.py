@@ -33,6 +33,7 @@ from .moved_code import NoneResult, may_return_none, none_results
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .none_decisions import DecidedTuple, NoneDecisions
 from .decided_lengths import check_decided_length, splits_a_tensor
+from .decided_indices import decided_container_indices
 from .passes.arguments import read_arguments
 from .passes.branch_decisions import traced_deciding_branches
 from .passes.hidden_targets import check_no_hidden_targets
@@ -470,7 +471,8 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     tracer.traced_func_name = ROOT_FORWARD
     needed = failure = None
     with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, tracing.arguments.ignore), \
-            traced_dtype_queries(), _recorded_module_devices(tracer), swapped_class(model, root.traced_class):
+            traced_dtype_queries(), _recorded_module_devices(tracer), swapped_class(model, root.traced_class), \
+            decided_container_indices(tracer, lambda: tracer._cache_keys_added is None):
         try:
             graph = tracer.trace(model)
         except DecisionNeeded as stop:

@@ -9,6 +9,7 @@ import torch
 from patcher import run_subgraphs, trace_subgraphs
 from patcher.registry.locations import Location
 from patcher.models.traceable import load_traceable, repair
+from patcher.trace import UntraceableCodeError, trace_graph
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures"))
 import toy_modeling  # noqa: E402
@@ -92,6 +93,52 @@ def test_repair_rewrites_a_class_the_generated_module_imports(tmp_path):
     assert result.traced, result.report()
     assert result.locations == [Location(13, wanted="TZ101")]  # `if self.threshold > 0:` in Stack.forward
     assert sys.modules[result.model_class.__module__].Stack is not stacked_modeling.Stack
+
+
+def test_repair_wraps_a_python_list_indexed_by_a_traced_value(tmp_path):
+    """A Python list indexed by a value of the input's shape (no module container, which the tracer
+    decides from the sample): the error's fix, `patcher repair`, wraps the line, equal to eager on
+    every shape."""
+    source = tmp_path / "scaled_modeling.py"
+    source.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "from tests_fixture_toy import ToyConfig, ToyLayer, ToyModel\n"
+        "\n\n"
+        "class ScaledModel(ToyModel):\n"
+        "    def forward(self, hidden):\n"
+        "        for layer in self.layers:\n"
+        "            hidden = layer(hidden)\n"
+        "        scales = [1.0, 2.0, 3.0]\n"
+        "        hidden = hidden * scales[hidden.shape[0] - 1]\n"
+        "        return {'hidden': hidden}\n"
+    )
+    sys.modules["tests_fixture_toy"] = toy_modeling
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import scaled_modeling
+
+        config, sample = toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)}
+        plain = load_traceable(scaled_modeling.ScaledModel, targets=["ToyLayer"], cache_dir=tmp_path / "cache")
+        with pytest.raises(UntraceableCodeError, match=r"(?s)where Python needs an int.*scaled_modeling_\w+\.py:\d+ .*"
+                                                       r"scales\[hidden.shape\[0\] - 1\].*`patcher repair` rewrites"):
+            trace_graph(plain(config), sample, ["ToyLayer"], [])
+        result = repair(scaled_modeling.ScaledModel, config, sample, ["ToyLayer"], ignore=[],
+                        cache_dir=tmp_path / "cache")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("scaled_modeling", None)
+    assert result.traced, result.report()
+    assert result.locations == [Location(11, wanted="TZ103")]
+    torch.manual_seed(0)
+    original = scaled_modeling.ScaledModel(config)
+    repaired = result.model_class(config)
+    repaired.load_state_dict(original.state_dict())
+    subgraphs = trace_subgraphs(repaired, sample, ["ToyLayer"], ignore=[])
+    for hidden in (sample["hidden"], torch.randn(3, 4), torch.randn(1, 4)):
+        with torch.no_grad():
+            assert torch.equal(run_subgraphs(repaired, subgraphs, {"hidden": hidden})["hidden"],
+                               original(hidden)["hidden"])
 
 
 def test_load_traceable_keeps_names_and_loads_the_same_checkpoint(tmp_path):

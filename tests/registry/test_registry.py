@@ -145,6 +145,12 @@ def test_every_issue_kind_detect_finds_is_claimed_by_exactly_one_rule_per_level(
         ("Proxy object cannot be iterated", "for row in x:", "TZ103", "iteration"),
         ("'len' is not supported in symbolic tracing by default", "n = len(x)", "TZ103", "data_dependent"),
         ("some error", "n = x.item()", "TZ103", "data_dependent"),
+        ("'TracingProxy' object cannot be interpreted as an integer", "for i in range(x.shape[1]):", "TZ103",
+         "traced_int"),
+        ("list indices must be integers or slices, not TracingProxy", "y = scales[x.shape[0] - 1]", "TZ103",
+         "traced_int"),
+        ("slice indices must be integers or None or have an __index__ method", "y = names[: x.shape[0]]", "TZ103",
+         "traced_int"),
         ("argument of type 'Proxy' is not iterable", "if 'a' in x:", "TZ106", "unsupported_object"),
     ],
 )

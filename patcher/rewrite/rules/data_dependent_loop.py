@@ -42,6 +42,20 @@ SPEC = RuleSpec(
             precedence=60,  # after starred shapes, which fail with the same message
         ),
         Symptom(
+            key="traced_int",
+            title="a traced value where Python needs an int (an index, a range, a slice bound)",
+            why="Python indexes a list, counts a range and slices with a concrete int, and this value is computed "
+                "from the inputs (their shapes or values): traced, it is known only when the graph runs (a "
+                "ModuleList, Sequential or ModuleDict indexed or sliced by it picks the sample's modules; other "
+                "containers and range() cannot)",
+            fix="move the statement into a module-level torch.fx.wrap function (`patcher repair` rewrites the "
+                "line so), or take the int from the config",
+            patterns=((r"Proxy' object cannot be interpreted as an integer", None),
+                      (r"indices must be integers or slices, not \w*Proxy", None),
+                      (r"slice indices must be integers or None or have an __index__ method", None)),
+            precedence=65,
+        ),
+        Symptom(
             key="data_dependent",
             title="data-dependent Python value (.item(), .tolist(), len())",
             why="the code turns tensor data into Python values, which do not exist while tracing",
