@@ -202,6 +202,7 @@ def check_inputs_reach_output(
     model_name: str,
     unused_inputs: Iterable[str] = (),
     eager_ignores: Callable[[str], bool | None] | None = None,
+    nested: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise :class:`DroppedInputError` when a tensor of ``sample`` or a wrapped/opaque call that
     received traced values does not contribute to the graph's output.
@@ -210,7 +211,9 @@ def check_inputs_reach_output(
     is right); naming an input that *is* used is an error too, so the list cannot go stale.
     ``eager_ignores(name)`` tells whether the eager model ignores an input too (``None``: cannot
     tell): the error offers ``unused_inputs`` only for inputs that eager ignores or that could not
-    be checked, never for one the eager model reads.
+    be checked, never for one the eager model reads. ``nested``: the container inputs traced as one
+    placeholder per tensor (:class:`~patcher.trace.nested_inputs.NestedInput`, by name): each of their
+    tensors must reach the output.
     """
     unused = set(unused_inputs)
     check_unused_inputs_known(sample, unused)
@@ -219,20 +222,26 @@ def check_inputs_reach_output(
     problems: list[str] = []
     dropped: list[str] = []
     sources: list[tuple[str, int]] = []
+    nested = nested or {}
+    leaves = {name: list(zip(container.traced_names, container.leaf_paths)) for name, container in nested.items()}
     for name, value in sample.items():
         if name in unused or not _holds_tensor(value):
             continue
-        node = placeholders.get(name)
-        if node is None or node in live:
-            continue
-        dropped.append(name)
-        last = _last_on_path(node, live)
-        if last is not None and "tz_source" in last.meta:
-            sources.append(last.meta["tz_source"][:2])
-        where = f"its value is last used by {describe_node(last)}, whose result never reaches the output" \
-            if last is not None else "nothing in the traced code reads it"
-        problems.append(f"input {name!r}: {where}")
-    stale = sorted(name for name in unused & set(placeholders) if placeholders[name] in live)
+        for target, path in leaves.get(name, [(name, "")]):
+            node = placeholders.get(target)
+            if node is None or node in live:
+                continue
+            if name not in dropped:
+                dropped.append(name)
+            last = _last_on_path(node, live)
+            if last is not None and "tz_source" in last.meta:
+                sources.append(last.meta["tz_source"][:2])
+            where = f"its value is last used by {describe_node(last)}, whose result never reaches the output" \
+                if last is not None else "nothing in the traced code reads it"
+            problems.append(f"input {name!r}{f' (its tensor {name}{path})' if path else ''}: {where}")
+    read = {name for name, node in placeholders.items() if node in live}
+    read |= {name for name, pairs in leaves.items() if any(leaf in read for leaf, _ in pairs)}
+    stale = sorted(name for name in unused & read)
     if stale:
         raise DroppedInputError(
             f"unused_inputs names {', '.join(map(repr, stale))}, but the traced {model_name} does use "

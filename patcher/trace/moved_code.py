@@ -229,13 +229,47 @@ class NoneResult:
     why: str
 
 
+def returning_function(function: Any, args: tuple) -> Any:
+    """The function whose ``return`` a call of ``function`` (with ``args``) hands back: the method a
+    rewriter's wrapper of an ignored call forwards to (``return obj.NAME(*args, **kwargs)``, TZ106:
+    Gemma 4's ``_maybe_slice_kv_shared_inputs``, which hands back ``per_layer_inputs`` as given, None
+    for its assistants), else ``function`` itself."""
+    if not (inspect.isfunction(function) and is_wrapped_name(function.__name__)) or not args:
+        return function
+    name = _forwarded_method_name(function)
+    method = getattr(type(args[0]), name, None) if name else None
+    return method if inspect.isfunction(method) else function
+
+
+@functools.lru_cache(maxsize=1024)
+def _forwarded_method_name(function: Callable) -> str | None:
+    """``NAME`` where ``function``'s only return is ``return obj.NAME(*args, **kwargs)`` of its parameters."""
+    tree = function_tree(function)
+    if tree is None or not tree.args.args or tree.args.vararg is None or tree.args.kwarg is None:
+        return None
+    returns = [node.value for node in ast.walk(tree) if isinstance(node, ast.Return)]
+    if len(returns) != 1 or not isinstance(returns[0], ast.Call):
+        return None
+    call = returns[0]
+    owner, varargs, varkw = tree.args.args[0].arg, tree.args.vararg.arg, tree.args.kwarg.arg
+    if (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == owner
+            and len(call.args) == 1 and isinstance(call.args[0], ast.Starred)
+            and isinstance(call.args[0].value, ast.Name) and call.args[0].value.id == varargs
+            and len(call.keywords) == 1 and call.keywords[0].arg is None
+            and isinstance(call.keywords[0].value, ast.Name) and call.keywords[0].value.id == varkw):
+        return call.func.attr
+    return None
+
+
 def none_results(function: Any, args: tuple, kwargs: dict) -> list[NoneResult]:
     """The items of what ``function`` (a rewriter's wrapped function, called with ``args`` and
     ``kwargs`` while tracing) returns that may be None when it runs: a name some path sets to
     None, or a parameter given None at this call (handed back as it came wherever the code does
-    not set it). Empty where the source cannot be read."""
+    not set it). Empty where the source cannot be read. A wrapper forwarding to a method is read
+    through (:func:`returning_function`)."""
     if not (inspect.isfunction(function) and is_wrapped_name(function.__name__)):
         return []
+    function = returning_function(function, args)
     returned, set_to_none, assigned = _returned_names(function)
     if not returned:
         return []

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .errors import InputMismatchError, MissingInputError, ModelMismatchError, TrainingModeError
+from .nested_inputs import NestedInput
 
 #: Sample values that are constants of the trace, never graph inputs: the model decides Python
 #: control flow on them (``isinstance(logits_to_keep, int)``, ``if attention_mask is None``).
@@ -88,6 +89,8 @@ class TraceRecord:
     children: dict[str, tuple[str, ...]]
     tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tensor_ranks: dict[str, int] = field(default_factory=dict)
+    #: inputs that are containers of tensors (see patcher.trace.nested_inputs): their structure, by name
+    nested_inputs: dict[str, NestedInput] = field(default_factory=dict)
     _verified: Any = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     # -- inputs ------------------------------------------------------------------------------
@@ -134,6 +137,9 @@ class TraceRecord:
                 f"tests `{name} is None` was decided while tracing, so the graph would run the branch for a "
                 f"given {name}. Give it when running, or trace with a sample where {name!r} is None."
             )
+        nested = self.nested_inputs.get(name)
+        if nested is not None:
+            nested.check(value, where)
         rank = self.tensor_ranks.get(name)
         if rank is not None and isinstance(value, torch.Tensor) and value.ndim != rank:
             raise InputMismatchError(

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from .graph_runtime import TracedGraph
+from .graph_runtime import CONSTANT_PREFIX, TracedGraph
+from .nested_inputs import taking_containers
 from .record import TraceRecord, mode_exceptions
 from .traces import TraceResult, Tracing
 
@@ -16,6 +17,10 @@ def recorded_graph(tracing: Tracing, result: TraceResult) -> TracedGraph:
     """The graph of the last trace, its inputs and constants, and the :class:`TraceRecord` that its
     runs are checked against."""
     model, root, traced_modules, tracer = tracing.model, tracing.root, tracing.arguments.traced_modules, result.tracer
+    # the callers hand a container input whole: its tensors become reads of it (see nested_inputs.py)
+    nested = taking_containers(result.graph, root.nested, root.placeholders, tracer.ranks_read, tracer.constants,
+                               CONSTANT_PREFIX)
+    leaf_names = {leaf for container in nested.values() for leaf in container.traced_names}
     record = TraceRecord(
         model_class=root.original_class.__name__,
         tensor_inputs=tuple(root.placeholders),
@@ -25,7 +30,8 @@ def recorded_graph(tracing: Tracing, result: TraceResult) -> TracedGraph:
         training_exceptions=mode_exceptions(model),
         children={name: tuple(module._modules) for name, module in model.named_modules() if module in traced_modules},
         tensor_shapes=_tensor_shapes(result.graph, model, tracer),
-        tensor_ranks=dict(tracer.ranks_read),
+        tensor_ranks={name: rank for name, rank in tracer.ranks_read.items() if name not in leaf_names},
+        nested_inputs=nested,
     )
     return TracedGraph(graph=result.graph, input_names=root.placeholders, constants=tracer.constants,
                        target_names=list(tracing.arguments.targets), record=record,

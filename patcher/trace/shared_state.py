@@ -14,7 +14,10 @@ and what one layer stored never reached the next.
 
 So a mutable container handed to a module the graph calls (the layers' empty dict) is made a value
 of the graph (:func:`can_be_state` says which): :func:`new_state` makes each run's
-own copy of it as it was when the first module got it. Before each further call that gets it, the
+own copy of it as it was when the first module got it; one of a class fx cannot write that holds graph
+values (a ``KVSharingDict`` around the keys and values Gemma 4's assistants take as an input,
+:func:`fillable_with_graph_values`) is an empty one of its class filled with the run's values
+(:func:`filled_state`). Before each further call that gets it, the
 graph makes a copy (:func:`handed_state`) that the call may change and everything after reads, so
 the chain hands each batch's own container from subgraph to subgraph, and a subgraph run twice on
 one batch (llm-compressor's calibration and propagation passes) starts both times from what the
@@ -73,6 +76,30 @@ def _holds(value: Any, kinds: type | tuple[type, ...], _seen: set[int] | None = 
     if isinstance(value, (Sequence, Set)) and not isinstance(value, (str, bytes, bytearray)):
         return any(_holds(item, kinds, seen) for item in value)
     return False
+
+
+def fillable_with_graph_values(value: Any) -> bool:
+    """A mapping of a class fx cannot write into the graph's code (a ``UserDict``: transformers'
+    ``KVSharingDict``) that holds graph values: the forward wrapped values the graph computes (Gemma 4's
+    assistants hand their target's keys and values to the text model, which wraps them in a
+    ``KVSharingDict``). Kept as a constant, it would hold the proxies of the trace; the graph fills an
+    empty one of its class with the run's values instead (:func:`filled_state`)."""
+    return (is_state_container(value) and isinstance(value, MutableMapping) and type(value) is not dict
+            and _holds(value, fx.Proxy))
+
+
+def emptied(value: MutableMapping) -> MutableMapping:
+    """An empty container of ``value``'s class, with its other attributes (the template :func:`filled_state` fills)."""
+    empty = copy.copy(value)
+    empty.clear()
+    return empty
+
+
+def filled_state(empty: MutableMapping, items: Mapping[Any, Any]) -> MutableMapping:
+    """A run's own container of ``empty``'s class holding ``items``, the run's graph values."""
+    state = copy_containers(empty)
+    state.update(items)
+    return state
 
 
 def fingerprint(value: Any) -> Any:

@@ -29,7 +29,7 @@ from .hooks import check_leaf_output_capture, check_no_global_hooks, check_trace
 from .influence import eager_ignores
 from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_checked, structured
 from .liveness import check_inputs_reach_output, record_source
-from .moved_code import NoneResult, may_return_none, none_results
+from .moved_code import NoneResult, may_return_none, none_results, returning_function
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .none_decisions import DecidedTuple, NoneDecisions
 from .decided_lengths import check_decided_length, splits_a_tensor
@@ -46,7 +46,8 @@ from .passes.settled_settings import retraced_with_settled_settings
 from .passes.unpacked_keys import retraced_with_unpacked_keys
 from .recorded import recorded_graph
 from .root import ROOT_FORWARD, swapped_class, traced_root
-from .shared_state import can_be_state, changed_after_handing, copy_containers, fingerprint, handed_state, new_state
+from .shared_state import (can_be_state, changed_after_handing, copy_containers, emptied, filled_state,
+                           fillable_with_graph_values, fingerprint, handed_state, new_state)
 from .state import preserved_model_state
 from .traced_through import NOT_TRACED_THROUGH, TRACED_THROUGH_TYPES, trace_through
 from .proxy import TracingProxy
@@ -252,7 +253,7 @@ class SequentialTracer(fx.Tracer):
             if is_wrapped_name(getattr(target, "__name__", "")):
                 results = none_results(target, args, kwargs)
                 if results:
-                    decided = self.none_decisions.apply(self, proxy, target, results)
+                    decided = self.none_decisions.apply(self, proxy, returning_function(target, args), results)
                     if decided is not proxy:
                         return decided  # None where the sample has None (see patcher.trace.none_decisions)
                     self.opaque_none_results.append((proxy.node, target, results))
@@ -273,9 +274,13 @@ class SequentialTracer(fx.Tracer):
         own container, copied for this call if an earlier one got it (see :mod:`patcher.trace.shared_state`)."""
         state = self._states.get(id(value))
         if state is None or state[0] is not value:
-            if not can_be_state(value):
+            if can_be_state(value):
+                node = self.create_node("call_function", new_state, (self._reference(copy_containers(value)),), {})
+            elif fillable_with_graph_values(value):
+                node = self.create_node("call_function", filled_state,
+                                        (self._reference(emptied(value)), self.create_arg(dict(value.items()))), {})
+            else:
                 return value
-            node = self.create_node("call_function", new_state, (self._reference(copy_containers(value)),), {})
             record_source(node)
             self._states[id(value)] = (value, node, fingerprint(value), node)
             return self.proxy(node)
@@ -454,7 +459,7 @@ def trace_graph(
     check_no_hidden_targets(result.graph, model, arguments.targets)
     check_no_read_after_fill(result.graph, result.tracer.constants, type(model).__name__)
     check_inputs_reach_output(result.graph, sample_input, model_name=type(model).__name__,
-                              unused_inputs=arguments.unused_inputs,
+                              unused_inputs=arguments.unused_inputs, nested=root.nested,
                               eager_ignores=lambda name: eager_ignores(model, sample_input, name))
     check_requested_outputs(result.graph, model, root.fixed)
     return recorded_graph(tracing, result)
@@ -467,7 +472,8 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     tracer = SequentialTracer(model, traced_modules, set(tracing.arguments.targets), facts.leaf_outputs,
                               facts.leaf_output_keys, facts.settled_settings, tracing.decisions,
                               tracing.none_decisions)
-    tracer.sample_ranks = {key: sample[key].ndim for key in root.placeholders if isinstance(sample[key], torch.Tensor)}
+    tracer.sample_ranks = {key: value.ndim for key, value in root.graph_values(sample).items()
+                           if isinstance(value, torch.Tensor)}
     tracer.traced_func_name = ROOT_FORWARD
     needed = failure = None
     with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, tracing.arguments.ignore), \
@@ -487,7 +493,7 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
             changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
     # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
     # Moved code's results first: one that is None for the sample changes the path after it.
-    if tracing.none_decisions.decide_pending(tracer.graph, model, sample, tracer.constants):
+    if tracing.none_decisions.decide_pending(tracer.graph, model, root.graph_values(sample), tracer.constants):
         return TraceResult(tracer, facts, decided_none_results=True)
     if failure is not None:
         raise explained(failure, model, tracer, root.original_class) from failure

@@ -22,7 +22,8 @@ def traced_deciding_branches(tracing: Tracing, facts: EagerFacts) -> TraceResult
         if result.undecided is None:
             return result
         # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
-        decisions.add(sample_value(result.tracer.graph, result.undecided.node, tracing.model, tracing.sample,
+        decisions.add(sample_value(result.tracer.graph, result.undecided.node, tracing.model,
+                                   tracing.root.graph_values(tracing.sample),
                                    result.tracer.constants, result.undecided.measure))
         decisions.restart()
         none_decisions.restart()
