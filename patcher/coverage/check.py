@@ -237,7 +237,6 @@ def check_architecture(
     from ..models.traceable import load_traceable
     from .discover import find_layers, trace_targets
     from .shrink import shrink_config
-    from .upstream import apply_workarounds
 
     start = time.perf_counter()
     row = CoverageRow(architecture=name)
@@ -250,7 +249,6 @@ def check_architecture(
             return row
         stage = "config"
         config = shrink_config(cls.config_class)
-        apply_workarounds(config)
         prepare_config(config, cls)
         row.model_type = getattr(config, "model_type", None)
         for name, value in path_fields(cls, config).items():
