@@ -13,12 +13,16 @@ only the pixels change (image influence), or the row fails. No hand-written hint
     .venv/bin/python scripts/coverage.py --only '*Qwen*' --jobs 2 --timeout 90
     .venv/bin/python scripts/coverage.py --sample 20 --list   # the fixed 20-architecture selection
 
-Classes whose packages do not install beside this environment's (timm's VLMs need torchvision) are
-swept in an environment that has them, and merged: a row that did not build here is replaced by that
-environment's row where it built there, marked with that environment in the report:
+Classes whose packages do not install beside this environment's (timm's VLMs need torchvision), or
+that do not build on its transformers (Gemma 4's assistants need 5.24), are swept in an environment
+that has them, and merged: a row that did not build here is replaced by that environment's row where
+it built there, marked with that environment in the report:
 
     ~/.cache/tracezoo/envs/floor/bin/python scripts/coverage.py --only FastVlm,Gemma3n,PerceptionLM --out bench-out/floor
-    .venv/bin/python scripts/coverage.py --rows-from bench-out/floor/coverage.json
+    ~/.cache/tracezoo/envs/newest/bin/python scripts/coverage.py --only Gemma4Assistant,Gemma4UnifiedAssistant \
+        --out bench-out/newest
+    .venv/bin/python scripts/coverage.py --rows-from bench-out/floor/coverage.json \
+        --rows-from bench-out/newest/coverage.json
 
 The logic lives in ``patcher.coverage``.
 """

@@ -2,9 +2,11 @@
 
 Some classes cannot be built beside the main environment's packages: the timm-tower VLMs
 (FastVLM, Gemma 3n, PerceptionLM) need timm, and timm needs a torchvision built for the
-installed torch, which the CPU torch of the main environment has none of. The matrix's floor
-environment has both; its sweep (``scripts/coverage.py --only ...`` run with that environment's
-python) writes a ``coverage.json`` whose rows this module merges into the main sweep's, each
+installed torch, which the CPU torch of the main environment has none of. Others cannot be built on
+its transformers: Gemma 4's assistants, whose config 5.23's ``kv_sharing_modes`` refuses (fixed in
+5.24). The matrix's floor environment has timm and torchvision, its newest environment 5.24; their
+sweeps (``scripts/coverage.py --only ...`` run with that environment's
+python) write a ``coverage.json`` whose rows this module merges into the main sweep's, each
 marked with the environment that built it (``CoverageRow.built_in``), so that the report counts
 them as built *there*, never silently as built here.
 
@@ -62,5 +64,6 @@ def elsewhere_line(rows: list[CoverageRow]) -> str:
     if not by_environment:
         return ""
     parts = [f"{', '.join(names)} ({environment})" for environment, names in by_environment.items()]
-    return ("Built in another environment (their packages do not install beside this one's; each row is that "
+    return ("Built in another environment (they do not build beside this one's packages, or not on its "
+            "transformers; each row is that "
             "environment's sweep, merged with scripts/coverage.py --rows-from): " + "; ".join(parts) + ".")

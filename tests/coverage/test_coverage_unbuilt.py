@@ -68,6 +68,22 @@ def _all_shared_layers_build(config) -> bool:
 
 
 @pytest.mark.parametrize("name", ["Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"])
+def test_the_assistant_rows_trace_and_equal_eager_exactly(name):
+    """Where the assistants build (transformers >= 5.24; CI's newest environment runs this), their
+    whole sweep row: the target's states handed over as a dict of tuples, traced per tensor."""
+    require_classes(name)
+    if not _all_shared_layers_build(shrink_config(getattr(transformers, name).config_class)):
+        pytest.skip(f"transformers {transformers.__version__}: Gemma4TextConfig.kv_sharing_modes raises when every "
+                    "layer shares its kv, as an assistant's do (fixed in 5.24); CI sweeps these rows there")
+    row = check_architecture(name)
+    assert row.built, (row.stage, row.error)
+    text = row.text
+    assert text.equal and text.max_diff == 0 and text.reuse_diff == 0 and text.same_kernels, \
+        (text.stage, text.error, text.max_diff, text.reuse_diff)
+    assert text.subgraphs == text.expected
+
+
+@pytest.mark.parametrize("name", ["Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"])
 def test_the_assistant_reads_the_target_states_the_sweep_builds(name):
     from patcher.coverage.assistant_samples import assistant_sample, check_states_reach_output, target_model
     from patcher.samples.sweep import coverage_text_sample
