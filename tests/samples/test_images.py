@@ -355,13 +355,17 @@ def test_pixtral_layout_matches_the_image_processor():
 
 
 @pytest.mark.parametrize("name,processor_class", [("Qwen3VLForConditionalGeneration", "Qwen2VLImageProcessorPil"),
-                                                  ("Glm4vForConditionalGeneration", "Glm4vImageProcessorPil")])
+                                                  ("Glm4vForConditionalGeneration", "Glm4vImageProcessorPil"),
+                                                  ("Qwen4ExpForConditionalGeneration", "Qwen2VLImageProcessorPil"),
+                                                  ("Dots3NoteForConditionalGeneration", "Qwen2VLImageProcessorPil")])
 def test_qwen_vl_layout_matches_the_image_processor(name, processor_class):
     config = _shrunk(name)
     vision = config.vision_config
+    # Dots3-Note's vision config states no temporal patch: its patch embedding is a 2-D convolution
+    # of one frame, which a processor must feed with temporal_patch_size=1
     processor = getattr(transformers, processor_class)(patch_size=vision.patch_size,
                                                        merge_size=vision.spatial_merge_size,
-                                                       temporal_patch_size=vision.temporal_patch_size)
+                                                       temporal_patch_size=getattr(vision, "temporal_patch_size", 1))
     theirs = _processor_inputs(processor(images=[_random_image(50, 90)], return_tensors="pt"), config)
     (_, rows, columns), = theirs["image_grid_thw"].tolist()  # the processor's smart resize picks the size
     size = (rows * vision.patch_size, columns * vision.patch_size)
