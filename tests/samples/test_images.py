@@ -31,6 +31,7 @@ LAYOUT_CASES = {
     "patch_positions": "Gemma4ForConditionalGeneration",
     "navit_packed": "MiniCPMV4_7ForConditionalGeneration",
     "merged_patches": "Inkling2ForConditionalGeneration",
+    "temporal_patches": "InklingForConditionalGeneration",
 }
 # Document / OCR models, each with a layout detail of its own family: a tile mask of (B, N) and a
 # pixel shuffle in the vision config (Granite-Docling), patches of two frames named `patch_temporal`
@@ -103,7 +104,8 @@ def test_the_pixels_reach_the_logits(layout_name):
 
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
-    cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed", "flat_patches", "patch_positions")]
+    cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed",
+                                             "flat_patches", "patch_positions", "temporal_patches")]
     cases += [DETAIL_CASES[name] for name in ("idefics", "qwen_vl")]  # Granite's scale_factor sits in the tower
     for layout_name in [name for name in cases if has_class(name)]:
         config, model = tiny(layout_name)
@@ -183,6 +185,19 @@ def test_merged_patches_are_one_channels_last_block_per_token_and_refuse_partial
     assert pixels["pixel_values"].shape == (tokens, step, step, vision.num_channels)
     with pytest.raises(ValueError, match="multiples"):
         layout.pixels(config, [(step + 1, step)], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+
+
+def test_temporal_patches_are_clips_of_one_still_frame_cut_as_the_processor_cuts():
+    # InklingImageProcessor (torchvision only) cuts ceil(h / patch) rows of w // patch + 1 columns
+    # and repeats the image into both frames of each clip; the check against it skips without torchvision
+    config, _ = tiny(LAYOUT_CASES["temporal_patches"])
+    layout = layout_for(config.model_type)
+    vision = config.vision_config
+    patch = vision.patch_size
+    pixels = layout.pixels(config, [(2 * patch + 1, 3 * patch)], torch.Generator().manual_seed(0), torch.float32,
+                           set(), 1)["pixel_values"]
+    assert pixels.shape == (3 * 4, vision.temporal_patch_size, patch, patch, vision.num_channels)
+    assert all(torch.equal(pixels[:, 0], pixels[:, frame]) for frame in range(vision.temporal_patch_size))
 
 
 def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
@@ -381,6 +396,17 @@ def test_merged_patches_layout_matches_the_image_processor():
     theirs = _processor_inputs(processor(images=[_random_image(90, 130)], return_tensors="pt"), config)
     (_, rows, columns), = theirs["image_grid_thw"].tolist()  # in merged patches (image tokens)
     _assert_same_layout(_synthetic_inputs("merged_patches", config, (rows * step, columns * step)), theirs)
+
+
+def test_temporal_patches_layout_matches_the_image_processor():
+    _torchvision_only("InklingImageProcessor")
+    config = _shrunk("InklingForConditionalGeneration")
+    patch = config.vision_config.patch_size
+    processor = transformers.InklingImageProcessor(size={"height": patch, "width": patch})
+    # a ragged size: the processor pads the partial patches and keeps the image's size
+    size = (2 * patch + 7, 3 * patch - 5)
+    theirs = _processor_inputs(processor(images=[_random_image(*size)], return_tensors="pt"), config)
+    _assert_same_layout(_synthetic_inputs("temporal_patches", config, size), theirs)
 
 
 def test_idefics_layout_matches_the_image_processor():
