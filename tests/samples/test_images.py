@@ -214,10 +214,11 @@ def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
 # Square-layout architectures whose image sample needed more than the tower's image_size: a
 # projector keyed by patch counts (Aria), a pixel-shuffle adapter (Llama 4), a second high-resolution
 # tower (DeepSeek-VL hybrid), the vision tower inside the encoder's config (T5Gemma2, encoder-decoder),
-# a convolutional pyramid that states no image size (Florence-2's DaViT).
+# a convolutional pyramid that states no image size (Florence-2's DaViT), SAM then a learned-query
+# encoder and a view separator after each image (DeepSeek-OCR-2, the global view).
 SQUARE_CASES = ["AriaForConditionalGeneration", "Llama4ForConditionalGeneration",
                 "DeepseekVLHybridForConditionalGeneration", "T5Gemma2ForConditionalGeneration",
-                "Florence2ForConditionalGeneration"]
+                "Florence2ForConditionalGeneration", "DeepseekOcr2ForConditionalGeneration"]
 
 
 @pytest.mark.parametrize("name", SQUARE_CASES)
@@ -358,6 +359,20 @@ def test_square_layout_matches_the_image_processor(name, processor_class):
     processor = getattr(transformers, processor_class)(size=size, crop_size={"height": side, "width": side})
     processed = processor(images=[_random_image(2 * side + 3, side + 5)], return_tensors="pt")
     theirs = _processor_inputs(processed, config)
+    _assert_same_layout(_synthetic_inputs("square", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+def test_square_layout_matches_deepseek_ocr2_global_view():
+    # stacked towers (SAM, then a query encoder): the pixels enter SAM at its image_size
+    config = _shrunk("DeepseekOcr2ForConditionalGeneration")
+    side = layout_for(config.model_type).default_size(config)[0]
+    assert side == config.vision_config.sam_config.image_size
+    processor = transformers.DeepseekOcr2ImageProcessorPil(size={"height": side, "width": side})
+    # within the processor's tile size: no local crops, the global view alone (resized, padded square)
+    processed = processor(images=[_random_image(side + 5, 2 * side)], return_tensors="pt")
+    assert processed["num_local_patches"].tolist() == [0] and "pixel_values_local" not in processed
+    # a count of no crops: the model reads it only with pixel_values_local, as it reads None
+    theirs = _processor_inputs(processed, config, passthrough=("num_local_patches",))
     _assert_same_layout(_synthetic_inputs("square", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
 
 

@@ -1,8 +1,9 @@
 """Fixed-size images: ``pixel_values (N, C, S, S)`` at the vision tower's ``image_size``.
 
 The LLaVA-1.5 layout, shared by most towers with position embeddings of one size (CLIP, SigLIP,
-InternViT, ...): the processor resizes every image to ``S x S``. ``image_sizes`` goes along where
-``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile), and
+InternViT, ...): the processor resizes every image to ``S x S``. DeepSeek-OCR-2 takes its global
+view so (an image within the processor's tile size gets no local crops). ``image_sizes`` goes along
+where ``forward`` takes it (Aya Vision, Cohere2-Vision, InternVL accept and ignore it for one tile), and
 ``high_res_pixel_values`` at the high-resolution tower's size where there is one, and InstructBLIP's
 Q-Former instruction (``qformer_input_ids``) where ``forward`` takes one.
 """
@@ -102,7 +103,7 @@ LAYOUT = register_layout(ImageLayout(
     model_types=("aya_vision", "cohere2_vision", "deepseek_vl", "got_ocr2", "pp_chart2table", "internvl",
                  "qianfan_ocr", "janus", "llama4", "llava", "vipllava", "ovis2", "paligemma", "gemma3",
                  "shieldgemma2", "aria", "florence2", "step3p7", "blip-2", "instructblip", "t5gemma2",
-                 "deepseek_vl_hybrid", "unlimited_ocr",
+                 "deepseek_vl_hybrid", "unlimited_ocr", "deepseek_ocr2",
                  "video_llava", "llava_onevision_image_only"),
     pixels=pixels,
     default_size=default_size,
