@@ -220,6 +220,55 @@ def _sets_a_result_to_none(function: Callable) -> bool:
     return bool(returned & set_to_none)
 
 
+def object_given_for_attributes(function: Any, args: tuple, kwargs: dict) -> Any:
+    """The object this call hands ``function`` (a rewriter's wrapped function that only sets
+    attributes of one parameter and returns it: ``outputs.pooler_output = ...; return outputs``)
+    when it is a Python object, not a graph value; else None.
+
+    The rewriter moves an attribute assignment on a value it cannot tell from a graph value (TZ103:
+    a proxy records no setattr). Given a Python object (the ``ModelOutput`` of graph values a tower
+    traced through returns), the assignment records itself when run, and the object stays one the
+    code after it can take apart: Molmo2's ``filter_output_hidden_states`` iterates ``.items()`` of
+    what ``get_image_features`` returns, which one opaque node cannot give."""
+    if not (inspect.isfunction(function) and is_wrapped_name(function.__name__)):
+        return None
+    owner = _attribute_owner(function)
+    if owner is None:
+        return None
+    try:
+        value = inspect.signature(function).bind(*args, **kwargs).arguments.get(owner)
+    except (TypeError, ValueError):
+        return None
+    # an object without a __dict__ could not be marked as a call's result (see trace_through)
+    return value if hasattr(value, "__dict__") and not isinstance(value, fx.Proxy) else None
+
+
+@functools.lru_cache(maxsize=1024)  # asked at every call of the function while tracing
+def _attribute_owner(function: Callable) -> str | None:
+    """The parameter ``function`` sets one attribute of, all it does, before returning it; None for
+    any other function. One assignment: one that fails while tracing has changed nothing (Python
+    computes the value before it assigns), so the opaque call taken instead gets the object as it
+    came."""
+    tree = function_tree(function)
+    if tree is None:
+        return None
+    body = tree.body
+    if len(body) == 1 and isinstance(body[0], ast.Try):  # the rewriter's note on a failure
+        body = body[0].body
+    if len(body) != 2:
+        return None
+    assign, returned = body
+    if not (isinstance(returned, ast.Return) and isinstance(returned.value, ast.Name)
+            and isinstance(assign, ast.Assign) and len(assign.targets) == 1):
+        return None
+    owner, target = returned.value.id, assign.targets[0]
+    parameters = {arg.arg for arg in (*tree.args.posonlyargs, *tree.args.args, *tree.args.kwonlyargs)}
+    if owner in parameters and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+            and target.value.id == owner:
+        return owner
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class NoneResult:
     """An item an opaque call of moved code hands back that may be None when the graph runs."""

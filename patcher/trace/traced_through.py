@@ -39,13 +39,17 @@ class _KeepOpaque(Exception):
 TRACED_THROUGH_TYPES = (_TracedThroughTuple, _TracedThroughDict)
 
 
-def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict) -> Any:
+def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict, owner: Any = None) -> Any:
     """Run a wrapped function that may return None on the traced values instead of recording
     one opaque call, so that the names it sets to None are None while tracing too. Where its
     code cannot be decided while tracing (a branch on a traced value), or it returns no None
     (the opaque call's result is then decided alike by every `is None` after it), everything
     the attempt recorded is taken back and the call stays one opaque node
-    (``NOT_TRACED_THROUGH``): the graph changes only where one node would hide a None."""
+    (``NOT_TRACED_THROUGH``): the graph changes only where one node would hide a None.
+
+    ``owner``: the Python object a wrapped function sets attributes of and returns
+    (:func:`~patcher.trace.moved_code.object_given_for_attributes`); run, the assignments record
+    themselves and the object itself is the result, one the code after it can take apart."""
     # iter(): torch before 2.13 gives reversed() an iterable, not an iterator
     last = next(iter(reversed(tracer.graph.nodes)), None)
     saved = (dict(tracer.ranks_read), dict(tracer.traced_through), tracer.failed_module_path,
@@ -53,7 +57,9 @@ def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict) -> Any
     tracer._cache_keys_added, outer_keys = [], tracer._cache_keys_added
     try:
         result = function(*args, **kwargs)
-        if type(result) is tuple and any(value is None for value in result):
+        if owner is not None and result is owner:
+            pass  # the object given, its attributes set by the graph values recorded
+        elif type(result) is tuple and any(value is None for value in result):
             result = _TracedThroughTuple(result)
         elif type(result) is dict and any(value is None for value in result.values()):
             result = _TracedThroughDict(result)

@@ -29,7 +29,7 @@ from .hooks import check_leaf_output_capture, check_no_global_hooks, check_trace
 from .influence import eager_ignores
 from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_checked, structured
 from .liveness import check_inputs_reach_output, record_source
-from .moved_code import NoneResult, may_return_none, none_results, returning_function
+from .moved_code import NoneResult, may_return_none, none_results, object_given_for_attributes, returning_function
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .none_decisions import DecidedTuple, NoneDecisions
 from .decided_lengths import check_decided_length, splits_a_tensor
@@ -39,7 +39,8 @@ from .passes.branch_decisions import traced_deciding_branches
 from .passes.hidden_targets import check_no_hidden_targets
 from .passes.layerdrop import check_layerdrop
 from .passes.leaf_state import check_leaf_state_unchanged
-from .passes.leaf_structures import retraced_with_leaf_structures
+from .passes.leaf_structures import (leaves_read_as_containers, retraced_for_iterated_leaf_outputs,
+                                     retraced_with_leaf_structures)
 from .passes.requested_outputs import check_requested_outputs
 from .passes.sample_checks import check_sample, sample_keys_not_taken  # noqa: F401 - sample_keys_not_taken re-exported
 from .passes.settled_settings import retraced_with_settled_settings
@@ -68,6 +69,7 @@ class SequentialTracer(fx.Tracer):
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
         self.leaf_output_keys = leaf_output_keys or {}
         self.unpacked_without_keys = False  # `**` met a leaf's output whose keys are not known
+        self.iterated_a_traced_value = False  # a loop over a graph value was refused
         # wrapped function -> the settings its calls leave (see patcher.trace.wrapped_state)
         self.settled_settings = settled_settings or {}
         self.wrapped_calls_on_modules = False  # moved code that may change settings was handed a module
@@ -155,6 +157,7 @@ class SequentialTracer(fx.Tracer):
         # proxies of the leaves the loop called would outlive it (the loop stays in the opaque call, as before).
         if splits_a_tensor(obj.node) and self._cache_keys_added is None:
             return iter([obj[index] for index in range(self.decisions.answer_length(self, obj, check_decided_length))])
+        self.iterated_a_traced_value = True
         return super().iter(obj)
 
     def to_bool(self, obj: fx.Proxy) -> bool:
@@ -240,10 +243,12 @@ class SequentialTracer(fx.Tracer):
                 record_source(proxy.node)
                 apply_settings(self.model, settled)
                 return proxy
-        if kind == "call_function" and not rest and not options and may_return_none(target):
-            traced = trace_through(self, target, args, kwargs)
-            if traced is not NOT_TRACED_THROUGH:
-                return traced
+        if kind == "call_function" and not rest and not options:
+            owner = object_given_for_attributes(target, args, kwargs)
+            if owner is not None or may_return_none(target):
+                traced = trace_through(self, target, args, kwargs, owner=owner)
+                if traced is not NOT_TRACED_THROUGH:
+                    return traced
         if kind == "call_module":
             args = tuple(self._handed(value) for value in args)
             kwargs = {key: self._handed(value) for key, value in kwargs.items()}
@@ -453,6 +458,7 @@ def trace_graph(
     tracing = Tracing(model, sample_input, arguments, root, trace_once)
     result = traced_deciding_branches(tracing, EagerFacts())
     result = retraced_with_unpacked_keys(tracing, result)
+    result = retraced_for_iterated_leaf_outputs(tracing, result)
     result = retraced_with_settled_settings(tracing, result)
     result = retraced_with_leaf_structures(tracing, result)
     check_leaf_state_unchanged(model, result.changes)
@@ -487,6 +493,11 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
             if tracer.unpacked_without_keys and facts.leaf_output_keys is None:
                 # `**` of a leaf's output: its keys are known once it ran (see passes.unpacked_keys)
                 return TraceResult(tracer, facts, failure=exc)
+            if tracer.iterated_a_traced_value and facts.leaf_outputs is None and \
+                    leaves_read_as_containers(model, tracer.graph):
+                # a leaf's output, one graph value, iterated: its structure is known once it ran
+                # (see passes.leaf_structures)
+                return TraceResult(tracer, facts, iterated=exc)
             failure = exc
         else:
             # Leaves run later, reading their attributes then: see patcher.trace.passes.leaf_state.

@@ -31,6 +31,9 @@ class TraceResult:
     graph: fx.Graph | None = None
     changes: list[str] = dataclasses.field(default_factory=list)  # attributes of leaves the trace wrote
     failure: Exception | None = None  # `**` of a leaf's output whose keys no eager run gave yet
+    # a traced value iterated, where leaves' outputs read as containers may be what it iterates
+    # (see passes.leaf_structures)
+    iterated: Exception | None = None
     undecided: DecisionNeeded | None = None  # a condition not decided yet (see patcher.trace.decisions)
     # moved code's results that may be None, decided from the sample after this trace: trace again
     # (see patcher.trace.none_decisions)
