@@ -864,6 +864,7 @@ class _Shrinker:
             # two merged patches a side: a pixel shuffle by `scale_factor` (Granite-Docling's vision
             # config) of a grid smaller than the factor would be 0 wide
             data["image_size"] = min(data["image_size"], 2 * data["patch_size"] * _merge_factor(data))
+        _fix_image_size_pair(data)
         ratio = data.get("pixel_shuffle_ratio")
         if isinstance(ratio, float) and 0 < ratio < 1 and isinstance(hidden, int) \
                 and isinstance(data.get("intermediate_size"), int) and isinstance(data.get("projector_input_dim"), int):
@@ -925,6 +926,22 @@ def _is_layer_dict(key, value: dict, old: int | None) -> bool:
         return all(0 <= int(index) < old for index in value)
     except (TypeError, ValueError):
         return False
+
+
+def _fix_image_size_pair(data: dict) -> None:
+    """An ``image_size`` of ``[height, width]`` (Molmo2's tower, ``[378, 378]``) is lowered as an int one
+    is, each side: to two merged patches. Molmo2 adds one position embedding per patch of that size
+    (``num_position_embeddings``, 27 * 27 = 729, stored by ``to_dict``): a count that was the real
+    size's patches becomes the new size's. A tower kept at the real size made every crop 729 patches
+    and every image ~400 image tokens: the row ran past the sweep's time limit."""
+    size, patch = data.get("image_size"), data.get("patch_size")
+    if not (_is_natural(patch) and patch > 0 and isinstance(size, list) and len(size) == 2
+            and all(_is_natural(side) and side > 0 for side in size)):
+        return
+    lowered = [min(side, 2 * patch * _merge_factor(data)) for side in size]
+    if data.get("num_position_embeddings") == (size[0] // patch) * (size[1] // patch):
+        data["num_position_embeddings"] = (lowered[0] // patch) * (lowered[1] // patch)
+    data["image_size"] = lowered
 
 
 def _is_natural(value: Any) -> bool:

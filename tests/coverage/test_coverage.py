@@ -313,6 +313,16 @@ def test_shrinking_keeps_an_adapter_feature_layer_inside_the_tower():
     assert all(0 <= index < config.vision_config.num_hidden_layers for index in layers)
 
 
+def test_shrinking_lowers_an_image_size_pair_and_the_position_table_of_its_patches():
+    # Molmo2's tower adds one position embedding per patch of its [height, width] crop
+    require_classes("Molmo2Config")
+    real = transformers.Molmo2Config().vision_config
+    vision = shrink_config(transformers.Molmo2Config).vision_config
+    assert all(side < real_side for side, real_side in zip(vision.image_size, real.image_size))
+    patch = vision.patch_size
+    assert vision.num_position_embeddings == (vision.image_size[0] // patch) * (vision.image_size[1] // patch)
+
+
 @pytest.mark.parametrize("config_class", [transformers.ChameleonConfig, transformers.Emu3Config])
 def test_shrinking_gives_a_vq_model_a_vocabulary_map_on_the_tiny_vocabulary(config_class):
     from patcher.models import build_model
