@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from torch import nn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ LAYOUT_CASES = {
     "navit_packed": "MiniCPMV4_7ForConditionalGeneration",
     "merged_patches": "Inkling2ForConditionalGeneration",
     "temporal_patches": "InklingForConditionalGeneration",
+    "overlapping_crops": "Molmo2ForConditionalGeneration",
 }
 # Document / OCR models, each with a layout detail of its own family: a tile mask of (B, N) and a
 # pixel shuffle in the vision config (Granite-Docling), patches of two frames named `patch_temporal`
@@ -105,7 +107,8 @@ def test_the_pixels_reach_the_logits(layout_name):
 
 def test_without_a_model_the_config_count_matches_the_model_count_where_the_config_can_tell():
     cases = [LAYOUT_CASES[name] for name in ("qwen_vl", "pixtral", "naflex", "idefics", "merged_patches", "navit_packed",
-                                             "flat_patches", "patch_positions", "temporal_patches")]
+                                             "flat_patches", "patch_positions", "temporal_patches",
+                                             "overlapping_crops")]
     cases += [DETAIL_CASES[name] for name in ("idefics", "qwen_vl")]  # Granite's scale_factor sits in the tower
     for layout_name in [name for name in cases if has_class(name)]:
         config, model = tiny(layout_name)
@@ -198,6 +201,65 @@ def test_temporal_patches_are_clips_of_one_still_frame_cut_as_the_processor_cuts
                            set(), 1)["pixel_values"]
     assert pixels.shape == (3 * 4, vision.temporal_patch_size, patch, patch, vision.num_channels)
     assert all(torch.equal(pixels[:, 0], pixels[:, frame]) for frame in range(vision.temporal_patch_size))
+
+
+@pytest.mark.parametrize("tiles", [(1, 1), (1, 2), (2, 3)])
+def test_overlapping_crops_pool_every_canvas_patch_once_from_one_crop(tiles):
+    # At the real crop size (27 patches a side, margins of 4): the low-resolution view pools each of
+    # its patches once, the canvas each of its patches once, from the crops after the view, the
+    # overlap between neighbours taken from one of them; edges padded with -1.
+    from patcher.samples.images import overlapping_crops
+
+    config = _molmo2_at_the_real_crop_size()
+    layout = layout_for(config.model_type)
+    patch, crop = config.vision_config.patch_size, config.vision_config.image_size[0]
+    size = overlapping_crops._canvas(config, tiles)
+    pixels = layout.pixels(config, [size], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+    per_crop = (crop // patch) ** 2
+    assert pixels["image_num_crops"].tolist() == [1 + tiles[0] * tiles[1]]
+    assert pixels["pixel_values"].shape == (1 + tiles[0] * tiles[1], per_crop, 3 * patch * patch)
+    low_rows, low_columns, high_rows, high_columns = pixels["image_grids"][0].tolist()
+    pooling = pixels["image_token_pooling"]
+    assert pooling.shape == (low_rows * low_columns + high_rows * high_columns, 4)
+    low, high = pooling[: low_rows * low_columns], pooling[low_rows * low_columns:]
+    assert sorted(low[low >= 0].tolist()) == list(range(per_crop))
+    canvas_patches = high[high >= 0]
+    assert len(canvas_patches) == len(set(canvas_patches.tolist())) == (size[0] // patch) * (size[1] // patch)
+    assert canvas_patches.min() >= per_crop and canvas_patches.max() < (1 + tiles[0] * tiles[1]) * per_crop
+    assert layout.config_count(config, size) == len(pooling)
+    with pytest.raises(ValueError, match="canvas of whole overlapping crops"):
+        layout.pixels(config, [(size[0] + patch, size[1])], torch.Generator().manual_seed(0), torch.float32, set(), 1)
+
+
+def test_unit_gain_reaches_only_projectors_with_a_gated_mlp():
+    from patcher.samples.images.modality import unit_gain_gated_projectors
+
+    class GatedMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj, self.down_proj = nn.Linear(64, 256), nn.Linear(64, 256), nn.Linear(256, 64)
+
+    def model_with(projector):
+        model = nn.Module()
+        model.model = nn.Module()
+        model.model.multi_modal_projector = projector
+        model.model.language_model = GatedMLP()  # a gated MLP elsewhere keeps its init
+        for parameter in model.parameters():
+            nn.init.normal_(parameter, std=0.02)
+        return model
+
+    gated = model_with(nn.Sequential(nn.Linear(128, 64), GatedMLP()))
+    plain = model_with(nn.Sequential(nn.Linear(128, 64), nn.GELU(), nn.Linear(64, 64)))
+    before = {id(model): {name: value.clone() for name, value in model.state_dict().items()} for model in (gated, plain)}
+    for model in (gated, plain):
+        unit_gain_gated_projectors(model, seed=0)
+    for name, weight in gated.model.multi_modal_projector.named_parameters():
+        if name.endswith("weight"):
+            assert weight.std().item() == pytest.approx(weight.shape[1] ** -0.5, rel=0.1), name
+    for model in (gated, plain):
+        for name, value in model.state_dict().items():
+            if not name.startswith("model.multi_modal_projector") or model is plain or not name.endswith("weight"):
+                assert torch.equal(value, before[id(model)][name]), name
 
 
 def test_the_fixed_size_of_stacked_towers_is_the_first_towers():
@@ -422,6 +484,30 @@ def test_temporal_patches_layout_matches_the_image_processor():
     size = (2 * patch + 7, 3 * patch - 5)
     theirs = _processor_inputs(processor(images=[_random_image(*size)], return_tensors="pt"), config)
     _assert_same_layout(_synthetic_inputs("temporal_patches", config, size), theirs)
+
+
+def _molmo2_at_the_real_crop_size():
+    """The shrunk Molmo2 config with the class's crop size: the shrunk tower's crop of a few patches
+    has no room for the processor's overlap margins (the layout takes none there)."""
+    config = _shrunk("Molmo2ForConditionalGeneration")
+    config.vision_config.image_size = list(transformers.Molmo2VisionConfig().image_size)
+    return config
+
+
+def test_overlapping_crops_layout_matches_the_image_processor():
+    _torchvision_only("Molmo2ImageProcessor")
+    from transformers.models.molmo2.image_processing_molmo2 import compute_crop_geometry
+
+    config = _molmo2_at_the_real_crop_size()
+    patch, crop = config.vision_config.patch_size, config.vision_config.image_size[0]
+    processor = transformers.Molmo2ImageProcessor(patch_size=patch, size={"height": crop, "width": crop})
+    # an image the processor tiles 2 x 3: overlap margins between crops in both directions
+    height, width = 2 * crop - 150, 3 * crop - 430
+    theirs = _processor_inputs(processor(images=[_random_image(height, width)], return_tensors="pt"), config)
+    *tiles, canvas_height, canvas_width = compute_crop_geometry(height, width, processor.max_crops,
+                                                                processor.overlap_margins, crop, patch)
+    assert tiles == [2, 3]
+    _assert_same_layout(_synthetic_inputs("overlapping_crops", config, (canvas_height, canvas_width)), theirs)
 
 
 def test_idefics_layout_matches_the_image_processor():

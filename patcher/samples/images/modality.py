@@ -47,6 +47,39 @@ def rectifier_gain_timm_convolutions(model, seed: int) -> None:
                     weight.copy_(value.to(weight.dtype))
 
 
+def unit_gain_gated_projectors(model, seed: int) -> None:
+    """Redraw every linear weight of a ``multi_modal_projector`` that holds a gated MLP (``gate_proj``
+    and ``up_proj``: ``act(gate(x)) * up(x)``) with std ``1 / sqrt(fan_in)``, so that the projector
+    carries the image into the text at about its own scale, as a trained one does.
+
+    A gated MLP scales its output by the square of its input's scale. The init std 0.02 is
+    calibrated for widths in the thousands, where each linear layer keeps its input's scale; at the
+    sweep's widths (64) each passes ~0.16 of it on. Molmo2's adapter (pooling attention, then a gated
+    MLP) took its patch features from ~0.5 to ~2e-2, its gated MLP to ~1.5e-6: the logits moved by
+    ~1.5e-5 when only the pixels changed, under the influence check's threshold, though the image
+    reached them; a tower whose image is drowned out would hide a graph that drops it. Projectors
+    without a gated MLP keep their init: their image already reaches the logits."""
+    generator = torch.Generator().manual_seed(seed + 5)
+    with torch.no_grad():
+        for name, projector in model.named_modules():
+            if name.rsplit(".", 1)[-1] != "multi_modal_projector" or not any(map(_gated_mlp, projector.modules())):
+                continue
+            for module in projector.modules():
+                if isinstance(module, torch.nn.Linear):
+                    weight = module.weight
+                    weight.copy_((torch.randn(weight.shape, generator=generator) / weight.shape[1] ** 0.5)
+                                 .to(weight.dtype))
+
+
+def _gated_mlp(module) -> bool:
+    return all(isinstance(getattr(module, name, None), torch.nn.Linear) for name in ("gate_proj", "up_proj"))
+
+
+def _prepare_model(cls, config, model, seed: int) -> None:
+    rectifier_gain_timm_convolutions(model, seed)
+    unit_gain_gated_projectors(model, seed)
+
+
 def image_samples(config, model, seed: int) -> list[dict]:
     from . import second_layout
     from ..sweep import coverage_multimodal_sample
@@ -139,8 +172,9 @@ IMAGES = Modality(
     chain_runs_varied=False,
     order=0,
     input_name="pixel_values",
-    # every model the sweep builds: the hook redraws only inside the timm towers it finds
-    prepare_model=lambda cls, config, model, seed: rectifier_gain_timm_convolutions(model, seed),
+    # every model the sweep builds: the hooks redraw only inside the timm towers and the gated
+    # projectors they find
+    prepare_model=_prepare_model,
     # after audio's redraw of every convolution, so that a timm tower's own wins inside it
     prepare_order=1,
     # the image-text-to-text metric counts the classes that take images at all
