@@ -44,6 +44,9 @@ WITH_IMAGES = [
     "Kosmos2ForConditionalGeneration",         # image_embeds_position_mask; a mask helper given input_ids.shape
     "AriaForConditionalGeneration",            # vision blocks behind `inputs_embeds.shape[1] != 1` (decided)
     "UnlimitedOcrForConditionalGeneration",    # vision blocks: SAM tower with an early return on a shape
+    "InklingForConditionalGeneration",         # patches as clips of identical frames, channels last, no grid
+    "Molmo2ForConditionalGeneration",          # overlapping crops pooled by index; a gated projector; the
+                                               # tower's output iterated after a moved attribute set (issue 30)
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
