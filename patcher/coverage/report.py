@@ -212,6 +212,11 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     """Why a class of the mapping that takes images is not equal with them: never given images (no
     sample builder for its model type), or where its image attempt stopped."""
     attempt = row.multimodal
+    if attempt is None and _video_frames_only(row.architecture):
+        video = getattr(row, "video", None)
+        return ("never run with images: the class takes no still images, its pixel_values are video frames "
+                "(batch, frames, channels, height, width), it has get_video_features and no get_image_features; "
+                f"with video: {_attempt_cell(video) if video is not None else 'not run'}")
     if attempt is None:
         return (f"never run with images: no image sample builder for model type {row.model_type!r} "
                 "(patcher.samples.images layouts, the zoo's builders)")
@@ -220,6 +225,15 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     error = f": {attempt.error[:160]}" if attempt.error else ""
     where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
     return f"{attempt.stage or 'not run'}{error}{where}"
+
+
+def _video_frames_only(architecture: str) -> bool:
+    import transformers
+
+    from ..samples.images.modality import video_frames_only
+
+    cls = getattr(transformers, architecture, None)
+    return isinstance(cls, type) and video_frames_only(cls)
 
 
 def not_equal_with_images_lines(rows: list[CoverageRow], mapping: set[str] | None = None) -> list[str]:

@@ -252,6 +252,27 @@ def test_the_image_metric_counts_the_mapping_and_names_classes_without_an_image_
     assert "image-text-to-text:" in markdown(rows)
 
 
+def test_a_class_whose_only_pixels_are_video_frames_is_named_so_with_its_video_attempt():
+    # InstructBLIP-Video's pixel_values are (batch, frames, C, H, W) and it has no get_image_features:
+    # "no image sample builder" would send someone to write one for a model that takes no image
+    from patcher.coverage.check import Attempt
+    from patcher.coverage.report import image_text_to_text
+
+    name = "InstructBlipVideoForConditionalGeneration"
+    row = _fake_row(name)
+    row.model_type, row.video = "instructblipvideo", Attempt("video", ran=True, traced=True, equal=True, influence=0.01)
+    reason = image_text_to_text([row], {name})["not_equal_reasons"][name]
+    assert reason.startswith("never run with images: the class takes no still images, its pixel_values are video "
+                             "frames") and reason.endswith("with video: equal (influence 1.0e-02)")
+    # still counted as not equal with images: the metric is unchanged, the reason is precise
+    assert image_text_to_text([row], {name})["equal_with_images"] == 0
+    # a class with an image path of its own keeps the reason that names the missing builder
+    other = _fake_row("LlavaNextVideoForConditionalGeneration")
+    other.model_type = "llava_next_video"
+    assert image_text_to_text([other], {other.architecture})["not_equal_reasons"][other.architecture].startswith(
+        "never run with images: no image sample builder")
+
+
 @pytest.mark.parametrize("name, takes_images", [
     class_param("Mistral4ForCausalLM", "Mistral4ForCausalLM", False),  # in the mapping, a text model
     class_param("FuyuForCausalLM", "FuyuForCausalLM", True),  # pixels, but no vision_config
