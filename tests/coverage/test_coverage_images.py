@@ -44,6 +44,10 @@ WITH_IMAGES = [
     "Kosmos2ForConditionalGeneration",         # image_embeds_position_mask; a mask helper given input_ids.shape
     "AriaForConditionalGeneration",            # vision blocks behind `inputs_embeds.shape[1] != 1` (decided)
     "UnlimitedOcrForConditionalGeneration",    # vision blocks: SAM tower with an early return on a shape
+    "ChameleonForConditionalGeneration",       # pixels into the model's own VQ-VAE, codes as text tokens (issue 30)
+    "Emu3ForConditionalGeneration",            # the same, image_sizes, a line-end token per row of codes
+    "Granite4VisionForConditionalGeneration",  # any-resolution, features as deepstack_features alone
+    "CohereCompassForConditionalGeneration",   # patch grid, deepstack lists (as Qwen3-VL)
 ]
 #: Rows whose forward cannot run without images: the text attempt is "needs images", the row is
 #: built and checked by its image attempt.
@@ -103,7 +107,9 @@ def test_needs_images_is_counted_apart_and_is_no_blocker():
 VISION_BLOCKS_FAIL: dict[str, tuple[str, str, str]] = {}
 #: VLMs whose patches reach the text model through a projection, with no tower of blocks to split.
 #: UDOP adds each patch embedding to the tokens whose box it holds, with no tower of blocks.
-WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration"}
+#: Chameleon and Emu3 tokenize images with a VQ-VAE (convolutions, no blocks of a tower).
+WITHOUT_TOWER = {"FuyuForCausalLM", "UdopForConditionalGeneration", "ChameleonForConditionalGeneration",
+                 "Emu3ForConditionalGeneration"}
 
 
 @pytest.mark.parametrize("name", [class_param(name) for name in WITH_IMAGES])
