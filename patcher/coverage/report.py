@@ -212,11 +212,11 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     """Why a class of the mapping that takes images is not equal with them: never given images (no
     sample builder for its model type), or where its image attempt stopped."""
     attempt = row.multimodal
-    if attempt is None and _video_frames_only(row.architecture):
-        video = getattr(row, "video", None)
-        return ("never run with images: the class takes no still images, its pixel_values are video frames "
-                "(batch, frames, channels, height, width), it has get_video_features and no get_image_features; "
-                f"with video: {_attempt_cell(video) if video is not None else 'not run'}")
+    why = _why_not_given(row, "multimodal") if attempt is None else None
+    if why is not None:
+        others = [f"{modality.label}: {_attempt_cell(other)}" for modality in MODALITIES
+                  if modality.attempt != "multimodal" and (other := getattr(row, modality.attempt, None)) is not None]
+        return f"never run with images: {why}" + "".join(f"; {other}" for other in others)
     if attempt is None:
         return (f"never run with images: no image sample builder for model type {row.model_type!r} "
                 "(patcher.samples.images layouts, the zoo's builders)")
@@ -227,13 +227,16 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     return f"{attempt.stage or 'not run'}{error}{where}"
 
 
-def _video_frames_only(architecture: str) -> bool:
+def _why_not_given(row: CoverageRow, mode: str) -> str | None:
+    """Why the row's class is given no sample of the modality whose attempt is ``mode``, where its
+    declaration can tell from the class (transformers' class of that name); None otherwise."""
     import transformers
 
-    from ..samples.images.modality import video_frames_only
-
-    cls = getattr(transformers, architecture, None)
-    return isinstance(cls, type) and video_frames_only(cls)
+    modality = next((modality for modality in MODALITIES if modality.attempt == mode), None)
+    cls = getattr(transformers, row.architecture, None)
+    if modality is None or modality.why_not_given is None or not isinstance(cls, type):
+        return None
+    return modality.why_not_given(cls)
 
 
 def not_equal_with_images_lines(rows: list[CoverageRow], mapping: set[str] | None = None) -> list[str]:

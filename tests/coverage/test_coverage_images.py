@@ -269,7 +269,7 @@ def test_a_class_whose_only_pixels_are_video_frames_is_named_so_with_its_video_a
     row.model_type, row.video = "instructblipvideo", Attempt("video", ran=True, traced=True, equal=True, influence=0.01)
     reason = image_text_to_text([row], {name})["not_equal_reasons"][name]
     assert reason.startswith("never run with images: the class takes no still images, its pixel_values are video "
-                             "frames") and reason.endswith("with video: equal (influence 1.0e-02)")
+                             "frames") and reason.endswith("; video: equal (influence 1.0e-02)")
     # still counted as not equal with images: the metric is unchanged, the reason is precise
     assert image_text_to_text([row], {name})["equal_with_images"] == 0
     # a class with an image path of its own keeps the reason that names the missing builder

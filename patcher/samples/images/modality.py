@@ -122,6 +122,13 @@ def video_frames_only(cls) -> bool:
             and pixel_inputs(cls) == ["pixel_values"])
 
 
+def why_no_image_sample(cls) -> str | None:
+    if video_frames_only(cls):
+        return ("the class takes no still images, its pixel_values are video frames (batch, frames, channels, "
+                "height, width), it has get_video_features and no get_image_features")
+    return None
+
+
 def command_sample(config, model, **options) -> tuple[dict, str | None]:
     """``--multimodal``'s sample (``--modality images``): the image tokens counted by the model's own
     vision path on the meta device (:func:`patcher.models.attempt.counted_image_sample`)."""
@@ -160,6 +167,7 @@ IMAGES = Modality(
     sample_location=builder_location,
     vision_blocks=True,
     carries_images=True,
+    why_not_given=why_no_image_sample,
 )
 
 #: what :mod:`patcher.samples.modalities` finds
