@@ -212,6 +212,11 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     """Why a class of the mapping that takes images is not equal with them: never given images (no
     sample builder for its model type), or where its image attempt stopped."""
     attempt = row.multimodal
+    why = _why_not_given(row, "multimodal") if attempt is None else None
+    if why is not None:
+        others = [f"{modality.label}: {_attempt_cell(other)}" for modality in MODALITIES
+                  if modality.attempt != "multimodal" and (other := getattr(row, modality.attempt, None)) is not None]
+        return f"never run with images: {why}" + "".join(f"; {other}" for other in others)
     if attempt is None:
         return (f"never run with images: no image sample builder for model type {row.model_type!r} "
                 "(patcher.samples.images layouts, the zoo's builders)")
@@ -220,6 +225,18 @@ def not_equal_with_images_reason(row: CoverageRow) -> str:
     error = f": {attempt.error[:160]}" if attempt.error else ""
     where = f" @ {attempt.blocker_location}" if attempt.blocker_location else ""
     return f"{attempt.stage or 'not run'}{error}{where}"
+
+
+def _why_not_given(row: CoverageRow, mode: str) -> str | None:
+    """Why the row's class is given no sample of the modality whose attempt is ``mode``, where its
+    declaration can tell from the class (transformers' class of that name); None otherwise."""
+    import transformers
+
+    modality = next((modality for modality in MODALITIES if modality.attempt == mode), None)
+    cls = getattr(transformers, row.architecture, None)
+    if modality is None or modality.why_not_given is None or not isinstance(cls, type):
+        return None
+    return modality.why_not_given(cls)
 
 
 def not_equal_with_images_lines(rows: list[CoverageRow], mapping: set[str] | None = None) -> list[str]:

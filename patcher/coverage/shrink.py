@@ -164,8 +164,11 @@ CHECKPOINT_FIELDS: dict[str, dict[str, Any]] = {
     "qwen3_omni_moe_talker_text": {"shared_expert_intermediate_size": MOE_INTERMEDIATE},
     # deepstack projectors per (vision layer, LLM layer) pair and the Window Q-Former's rate, None by
     # default; the checkpoint's: [[-19, 9], [-13, 6], [-7, 3], [-1, 0]] and "4/8" (here the last two
-    # vision layers into the two LLM layers)
-    "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "4/8"},
+    # vision layers into the two LLM layers). "4/8": 4x4 queries per 8x8 window of the checkpoint's
+    # 24x24 patch grid (3x3 windows); the shrunk tower's grid is 2x2 patches (two a side, _fix_groups),
+    # where no 8x8 window fits and no image could run: the same rate on a window that fits it, "1/2",
+    # one query for the 2x2 window
+    "granite4_vision": {"deepstack_layer_map": [[-1, 0], [-2, 1]], "downsample_rate": "1/2"},
     # the rotary embedding stacks the h and w sections and needs them equal; the generic M-RoPE
     # default ([16, 24, 24], t first) shrunk gave h 2, w 3. The modeling file's (and checkpoints') own
     # split, h and w first, is rescaled to the tiny head
@@ -198,6 +201,10 @@ CHECKPOINT_OVERRIDES: dict[str, dict[str, Any]] = {
     "clvp_encoder": {"num_attention_heads": 2},
     # LLM layers of the four spatial offset groups, [12, 15, 18, 21] of 40: within the two tiny ones
     "granite4_vision": {"spatial_target_layers": [0, 0, 1, 1]},
+    # the VQ-VAE's attention blocks (at level 3, attn_resolutions [3]) take that level's channels,
+    # base_channels * channel_multiplier[3], as hidden_size (the class defaults: 256 * 4 = 1024);
+    # lowered alone to HIDDEN it no longer matched the shrunk 32 * 4 and no image could be encoded
+    "emu3_vqgan": {"hidden_size": _BASE_CHANNELS["base_channels"] * 4},
     # an audio prompt (input_values) is encoded by EnCodec into the decoder's input ids, so EnCodec
     # must give as many codebooks as the decoder reads, each of the decoder's vocabulary (the
     # checkpoints' audio_encoder: codebook_size 2048 == decoder vocab_size, target_bandwidths [2.2]

@@ -33,6 +33,22 @@ def _identifiers(node: cst.CSTNode) -> set[str]:
     return out
 
 
+def _identity_test_with_none(parent: cst.CSTNode | None, node: cst.CSTNode) -> bool:
+    """Whether ``parent`` is ``node is None`` / ``node is not None`` (or ``None is node``): a test
+    of whether the module is there, which calls nothing. Granite 4 Vision's ``pack_image_features``
+    asks ``if self.layerwise_projectors is not None`` in its loop over images; taken for a use of
+    the projectors (a model built by ``AutoModel.from_config``, so possibly holding targets), it kept
+    the loop from being wrapped, and the tracer then met ``select_best_resolution``'s branches on
+    the image sizes."""
+    if not isinstance(parent, cst.Comparison) or len(parent.comparisons) != 1:
+        return False
+    target = parent.comparisons[0]
+    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
+        return False
+    other = target.comparator if parent.left is node else parent.left if target.comparator is node else None
+    return isinstance(other, cst.Name) and other.value == "None"
+
+
 class TargetIndex:
     def __init__(self, module: cst.Module, targets: Sequence[str]):
         self.targets = {t.rsplit(".", 1)[-1] for t in targets}
@@ -178,10 +194,11 @@ class TargetIndex:
         def walk(n: cst.CSTNode, parent: cst.CSTNode | None, grand: cst.CSTNode | None) -> None:
             if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self" \
                     and n.attr.value in blocked:
-                # Reading a plain attribute (`self.visual.spatial_merge_size`) runs no module.
+                # Reading a plain attribute (`self.visual.spatial_merge_size`) runs no module, nor
+                # does testing whether the module is there (`self.projectors is not None`).
                 reads_attr = isinstance(parent, cst.Attribute) and parent.value is n and not (
                     isinstance(grand, cst.Call) and grand.func is parent)
-                if not reads_attr:
+                if not reads_attr and not _identity_test_with_none(parent, n):
                     hits.append(f"self.{n.attr.value}")
             elif isinstance(n, cst.Name) and (n.value in self.containing or n.value in local_modules):
                 hits.append(n.value)

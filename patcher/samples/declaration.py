@@ -74,6 +74,10 @@ class Modality:
     #: whether its samples carry images (a policy's camera images): an equal attempt counts as
     #: equal with images in the image-text-to-text metric
     carries_images: bool = False
+    #: ``why_not_given(cls) -> str | None``: why a class with a path to this modality is given no
+    #: sample of it, where the class itself says so (InstructBLIP-Video's pixels are video frames,
+    #: no image); the report's reason for the missing attempt. None: not known
+    why_not_given: Callable[[type], str | None] | None = None
 
     def __post_init__(self) -> None:
         if (self.path_field is None) != (self.has_path is None):

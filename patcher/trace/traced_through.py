@@ -55,6 +55,7 @@ def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict, owner:
     saved = (dict(tracer.ranks_read), dict(tracer.traced_through), tracer.failed_module_path,
              collections.OrderedDict(tracer.module_stack), dict(tracer.num_calls), dict(tracer._states))
     tracer._cache_keys_added, outer_keys = [], tracer._cache_keys_added
+    containers = _container_contents((args, kwargs))
     try:
         result = function(*args, **kwargs)
         if owner is not None and result is owner:
@@ -86,6 +87,7 @@ def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict, owner:
             tracer.graph.erase_node(node)
         for cache, key in tracer._cache_keys_added:
             cache.pop(key, None)
+        _restore_contents(containers)
         ranks, traced_through, tracer.failed_module_path, module_stack, num_calls, states = saved
         tracer._states = states
         tracer.ranks_read.clear()
@@ -101,3 +103,29 @@ def trace_through(tracer: fx.Tracer, function, args: tuple, kwargs: dict, owner:
         if outer_keys is not None:
             outer_keys.extend(tracer._cache_keys_added)
         tracer._cache_keys_added = outer_keys
+
+
+def _container_contents(value: Any, found: dict[int, tuple[Any, Any]] | None = None) -> dict[int, tuple[Any, Any]]:
+    """Every plain list and dict the call was handed (inside tuples, lists and dicts too), with a
+    shallow copy of what it holds now: the attempt runs the function on them, and what it stores
+    there (Granite 4 Vision's moved loop fills the ``deepstack_features`` dict it is handed) must
+    go when the attempt is taken back, or the opaque call is recorded with values of erased nodes."""
+    found = {} if found is None else found
+    if type(value) in (list, dict) and id(value) not in found:
+        found[id(value)] = (value, list(value) if type(value) is list else dict(value))
+    if type(value) in (list, tuple):
+        for item in value:
+            _container_contents(item, found)
+    elif type(value) is dict:
+        for item in value.values():
+            _container_contents(item, found)
+    return found
+
+
+def _restore_contents(containers: dict[int, tuple[Any, Any]]) -> None:
+    for container, contents in containers.values():
+        if type(container) is list:
+            container[:] = contents
+        else:
+            container.clear()
+            container.update(contents)

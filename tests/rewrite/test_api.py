@@ -168,6 +168,47 @@ def test_target_modules_bound_by_a_starred_target_are_not_hidden():
     assert "would hide target module(s) rest" in r.blockers[0].reason
 
 
+def test_testing_whether_a_target_holder_is_there_does_not_keep_code_from_being_wrapped():
+    # Granite 4 Vision's loop over images asks `if self.layerwise_projectors is not None:` (a ModuleList
+    # of modules built by AutoModel.from_config, so possibly holding targets): testing for None calls
+    # none of them, so the loop is wrapped; calling the module still keeps it from being wrapped
+    src = textwrap.dedent(
+        """\
+        import torch
+
+
+        class Layer(torch.nn.Module):
+            pass
+
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.projectors = torch.nn.ModuleList([Layer()])
+
+            def pack(self, features, sizes):
+                packed = []
+                for feature, size in zip(features, sizes.tolist()):
+                    if self.projectors is not None:
+                        size = size * 2
+                    packed.append(feature[:size])
+                return packed
+
+            def pack_called(self, features, sizes):
+                packed = []
+                for feature, size in zip(features, sizes.tolist()):
+                    if self.projectors is not None:
+                        feature = self.projectors[0](feature)
+                    packed.append(feature[:size])
+                return packed
+        """
+    )
+    r = patch_source(src, source_path="modeling_m.py", targets=["Layer"])
+    assert [(w.code, w.lines[0]) for w in r.rewrites] == [("TZ103", 15)]
+    assert [(b.line, b.code) for b in r.blockers] == [(23, "TZ103")]
+    assert "would hide target module(s) self.projectors" in r.blockers[0].reason
+
+
 def test_patch_file_writes_atomically_and_refuses_foreign_outputs(tmp_path):
     src = tmp_path / "pkg" / "modeling_toy.py"
     src.parent.mkdir()

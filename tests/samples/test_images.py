@@ -449,7 +449,9 @@ def test_pixtral_layout_matches_the_image_processor():
 @pytest.mark.parametrize("name,processor_class", [("Qwen3VLForConditionalGeneration", "Qwen2VLImageProcessorPil"),
                                                   ("Glm4vForConditionalGeneration", "Glm4vImageProcessorPil"),
                                                   ("Qwen4ExpForConditionalGeneration", "Qwen2VLImageProcessorPil"),
-                                                  ("Dots3NoteForConditionalGeneration", "Qwen2VLImageProcessorPil")])
+                                                  ("Dots3NoteForConditionalGeneration", "Qwen2VLImageProcessorPil"),
+                                                  ("CohereCompassForConditionalGeneration",
+                                                   "CohereCompassImageProcessorPil")])
 def test_qwen_vl_layout_matches_the_image_processor(name, processor_class):
     config = _shrunk(name)
     vision = config.vision_config
@@ -525,8 +527,10 @@ def test_idefics_layout_matches_the_image_processor():
     _assert_same_layout(_synthetic_inputs("idefics", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
 
 
-def test_anyres_layout_matches_the_image_processor():
-    config, model = tiny(LAYOUT_CASES["anyres"])  # the token count of a tiled image needs the model
+@pytest.mark.parametrize("name", [LAYOUT_CASES["anyres"], "Granite4VisionForConditionalGeneration"])
+def test_anyres_layout_matches_the_image_processor(name):
+    # Granite 4 Vision's processor is LLaVA-NeXT's (transformers' auto mapping)
+    config, model = tiny(name)  # the token count of a tiled image needs the model
     side = config.vision_config.image_size
     processor = transformers.LlavaNextImageProcessorPil(image_grid_pinpoints=config.image_grid_pinpoints,
                                                         size={"shortest_edge": side},
@@ -767,3 +771,66 @@ def test_blip2_family_gets_a_placeholder_and_instructblip_its_qformer_instructio
     with torch.no_grad():
         first, second = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
     assert tensor_diff(first, second) > MIN_INFLUENCE
+
+
+# -- images the model tokenizes itself, and the deepstack families -----------------------------------
+
+def test_vq_tokens_layout_matches_chameleons_image_processor():
+    config = _shrunk("ChameleonForConditionalGeneration")
+    side = layout_for(config.model_type).default_size(config)[0]
+    processor = transformers.ChameleonImageProcessorPil(size={"shortest_edge": side},
+                                                        crop_size={"height": side, "width": side})
+    theirs = _processor_inputs(processor(images=[_random_image(side + 9, 2 * side)], return_tensors="pt"), config)
+    _assert_same_layout(_synthetic_inputs("vq_tokens", config, tuple(theirs["pixel_values"].shape[-2:])), theirs)
+
+
+def test_vq_tokens_layout_matches_emu3s_image_processor():
+    from patcher.samples.images.vq_tokens import factor
+
+    config = _shrunk("Emu3ForConditionalGeneration")
+    step = factor(config)
+    # the tiny VQ-VAE's downsampling, and pixel bounds of a few codes (the processor's: 512**2 to 1024**2)
+    processor = transformers.Emu3ImageProcessor(spatial_factor=step, min_pixels=4 * step**2, max_pixels=12 * step**2)
+    theirs = _processor_inputs(processor(images=[_random_image(5 * step, 9 * step - 3)], return_tensors="pt"), config)
+    (size,) = theirs["image_sizes"].tolist()  # the processor's smart resize picks the size
+    _assert_same_layout(_synthetic_inputs("vq_tokens", config, tuple(size)), theirs)
+
+
+NEW_FAMILY_CASES = {"ChameleonForConditionalGeneration": "vq_tokens", "Emu3ForConditionalGeneration": "vq_tokens",
+                    "Granite4VisionForConditionalGeneration": "anyres",
+                    "CohereCompassForConditionalGeneration": "qwen_vl"}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_FAMILY_CASES))
+@pytest.mark.parametrize("second", [False, True])
+def test_vq_and_deepstack_families_take_their_sample_and_see_its_pixels(name, second):
+    # Chameleon and Emu3 encode the pixels with their VQ-VAE into tokens of their own vocabulary (Emu3
+    # ends each row of codes with a line-end token); Granite 4 Vision hands its image features to the
+    # decoder only as deepstack_features (no pooler_output to count), Cohere Compass as Qwen3-VL does
+    config, model = tiny(name)
+    layout = layout_for(config.model_type)
+    assert layout.name == NEW_FAMILY_CASES[name] and multimodal_builder(config.model_type).layout is layout
+    sizes = second_layout(config) if second else {}
+    num_images = sizes.get("num_images", 1)
+    sample = multimodal_sample(config, batch_size=2, seq_len=5, left_padding=1, generator=torch.Generator().manual_seed(1),
+                               model=model, **sizes)
+    pixels = {key: value for key, value in sample.items() if key not in TEXT_INPUTS}
+    per_image = features_per_image(model, pixels, 2 * num_images)
+    assert (sample["input_ids"] == image_token_id(config)).sum(-1).tolist() == [num_images * per_image] * 2
+    if layout.name == "vq_tokens":  # the count from the config alone says the same
+        size = sizes.get("image_size", layout.default_size(config))
+        assert per_image == layout.config_count(config, size)
+    with torch.no_grad():
+        first, other = model(**sample).logits, model(**with_other_pixels(sample, seed=3)).logits
+    assert first.shape[:2] == sample["input_ids"].shape
+    assert tensor_diff(first, other) > MIN_INFLUENCE
+
+
+def test_vq_tokens_refuses_sizes_the_vq_vae_cannot_encode():
+    from patcher.samples.images.vq_tokens import factor
+
+    config, _ = tiny("Emu3ForConditionalGeneration")
+    step = factor(config)
+    with pytest.raises(ValueError, match="multiples of the VQ-VAE's downsampling"):
+        layout_for(config.model_type).pixels(config, [(step + 1, step)], torch.Generator().manual_seed(0),
+                                             torch.float32, set(), 1)

@@ -210,3 +210,46 @@ def test_moved_merges_of_audio_hand_the_code_after_them_the_none_eager_has(name,
         for sample in samples:
             expected = original(**sample, use_cache=False).logits
             assert torch.equal(run_subgraphs(model, subgraphs, sample)["logits"], expected)
+
+
+def _wrapped_forward_fill(self, hidden, gate, store):
+    # as the rewriter moves Granite 4 Vision's loop that fills the `deepstack_features` dict it is
+    # handed, with a branch on data the trace cannot decide
+    for index in range(2):
+        store[index] = self.proj(hidden) * (index + 1)
+    if gate.sum() > 0:
+        gate = None
+    return (gate, store)
+
+
+fx.wrap("_wrapped_forward_fill")
+
+
+class Filled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.layers = nn.ModuleList(Layer() for _ in range(2))
+
+    def forward(self, hidden, gate):
+        store = {}
+        gate, store = _wrapped_forward_fill(self, hidden, gate, store)
+        for layer in self.layers:
+            hidden = layer(hidden + store[0])
+        return {"logits": (hidden + store[1]) if gate is None else hidden * gate}
+
+
+def test_what_an_attempt_taken_back_stored_in_a_container_it_was_handed_goes_with_it():
+    """The attempt to trace the call through ran the function on the dict it was handed and filled it
+    with values of nodes the take-back then erased; the opaque call recorded after it was handed
+    that dict, and the partition met inputs of no node of the graph (Granite 4 Vision: KeyError
+    to_4). The dict is as it was before the attempt, and the chain equals eager."""
+    torch.manual_seed(0)
+    model = Filled().eval()
+    sample = _gated(1.0)
+    subgraphs = trace_subgraphs(model, sample, ["Layer"])
+    nodes = [node for subgraph in subgraphs for node in subgraph.graph.nodes]
+    assert sum(node.target is _wrapped_forward_fill for node in nodes) == 1
+    with torch.no_grad():
+        for inputs in (sample, _gated(1.0, rows=3, seed=1)):
+            assert torch.equal(run_subgraphs(model, subgraphs, inputs)["logits"], model(**inputs)["logits"])

@@ -3,7 +3,8 @@
 One module per pixel layout (``square``, ``pixtral``, ``qwen_vl``, ``merged_patches``, ``idefics``,
 ``anyres``, ``naflex``, ``navit_packed``, ``flat_patches``, ``prefix``, ``patch_positions``, ``pix2struct``,
 ``position_mask``, ``timm_tower``, ``temporal_patches``, ``overlapping_crops``; ``documents``: UDOP, Pix2Struct
-and PP-FormulaNet, encoder-decoders whose encoder takes the page, with builders of their own),
+and PP-FormulaNet, encoder-decoders whose encoder takes the page, with builders of their own; ``vq_tokens``:
+Chameleon and Emu3, whose own VQ-VAE turns the pixels into tokens of their vocabulary),
 each an :class:`~patcher.samples.images.layout.ImageLayout` registered with
 ``patcher.samples.register_multimodal_sample`` for the model types that take it; the zoo's own
 builders replace these for its model types. Importing this package registers them all.
@@ -26,7 +27,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (registers the layouts)
     anyres, documents, flat_patches, idefics, merged_patches, naflex, navit_packed, patch_positions, pix2struct,
     pixtral, position_mask, prefix, qwen_vl, square, timm_tower, temporal_patches,
-    overlapping_crops,
+    overlapping_crops, vq_tokens,
 )
 from .layout import ImageLayout, build_image_sample, forward_inputs
 from .tokens import features_per_image, image_token_id
@@ -34,7 +35,7 @@ from .tokens import features_per_image, image_token_id
 LAYOUTS = [square.LAYOUT, pixtral.LAYOUT, qwen_vl.LAYOUT, merged_patches.LAYOUT, idefics.LAYOUT, anyres.LAYOUT,
            naflex.LAYOUT, navit_packed.LAYOUT, flat_patches.LAYOUT, prefix.LAYOUT, patch_positions.LAYOUT,
            pix2struct.LAYOUT, position_mask.LAYOUT, timm_tower.LAYOUT, *documents.LAYOUTS, temporal_patches.LAYOUT,
-           overlapping_crops.LAYOUT]
+           overlapping_crops.LAYOUT, vq_tokens.LAYOUT]
 
 
 def layout_for(model_type: str) -> ImageLayout | None:

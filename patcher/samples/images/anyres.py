@@ -1,6 +1,8 @@
-"""LLaVA-NeXT any-resolution (LLaVA-NeXT, -Video, OneVision): each image is a base tile plus the
-tiles of its best-fitting ``image_grid_pinpoints`` resolution: ``pixel_values (N, 1 + tiles, C, S,
-S)`` and the original ``image_sizes (N, 2)``, from which the model unpads its features."""
+"""LLaVA-NeXT any-resolution (LLaVA-NeXT, -Video, OneVision, Granite 4 Vision): each image is a base
+tile plus the tiles of its best-fitting ``image_grid_pinpoints`` resolution: ``pixel_values (N, 1 +
+tiles, C, S, S)`` and the original ``image_sizes (N, 2)``, from which the model unpads its features.
+Granite 4 Vision (LLaVA-NeXT's processor) hands its features to the decoder as ``deepstack_features``
+alone, each entry as many per image as image tokens; they are counted from its first entry."""
 
 from __future__ import annotations
 
@@ -42,6 +44,6 @@ def config_count(config, size) -> int:
 
 LAYOUT = register_layout(ImageLayout(
     name="anyres",
-    model_types=("llava_next", "llava_next_video", "llava_onevision"),
+    model_types=("llava_next", "llava_next_video", "llava_onevision", "granite4_vision"),
     pixels=pixels, default_size=default_size, other_size=other_size, config_count=config_count,
 ))

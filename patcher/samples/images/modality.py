@@ -146,6 +146,22 @@ def has_image_path(cls, config) -> bool:
     return bool(pixel_inputs(cls)) or getattr(config, "vision_config", None) is not None
 
 
+def video_frames_only(cls) -> bool:
+    """Whether the class's only pixels are video frames: a ``get_video_features`` and no
+    ``get_image_features``, and its ``forward`` takes the frames as ``pixel_values`` (no separate
+    ``pixel_values_videos``). InstructBLIP-Video: ``pixel_values (batch, frames, C, H, W)``, whose
+    processor's ``images`` are videos; an image sample has nothing to fill (the video layout does)."""
+    return (callable(getattr(cls, "get_video_features", None)) and getattr(cls, "get_image_features", None) is None
+            and pixel_inputs(cls) == ["pixel_values"])
+
+
+def why_no_image_sample(cls) -> str | None:
+    if video_frames_only(cls):
+        return ("the class takes no still images, its pixel_values are video frames (batch, frames, channels, "
+                "height, width), it has get_video_features and no get_image_features")
+    return None
+
+
 def command_sample(config, model, **options) -> tuple[dict, str | None]:
     """``--multimodal``'s sample (``--modality images``): the image tokens counted by the model's own
     vision path on the meta device (:func:`patcher.models.attempt.counted_image_sample`)."""
@@ -185,6 +201,7 @@ IMAGES = Modality(
     sample_location=builder_location,
     vision_blocks=True,
     carries_images=True,
+    why_not_given=why_no_image_sample,
 )
 
 #: what :mod:`patcher.samples.modalities` finds

@@ -1,6 +1,6 @@
 """Flattened patches with a patch grid (Qwen2-VL and the many towers built like it: Qwen3-VL,
-GLM-4V, PaddleOCR-VL, HunYuan-VL, Qwen4-Exp, Dots3-Note, ...): ``pixel_values (sum t*h*w, C *
-temporal_patch * patch * patch)`` and ``image_grid_thw (N, 3)``, one frame per patch where the
+GLM-4V, PaddleOCR-VL, HunYuan-VL, Qwen4-Exp, Dots3-Note, Cohere Compass, ...): ``pixel_values
+(sum t*h*w, C * temporal_patch * patch * patch)`` and ``image_grid_thw (N, 3)``, one frame per patch where the
 vision config states no temporal patch (Dots3-Note's 2-D patch embedding); any size in multiples
 of ``patch_size * spatial_merge_size``. Each image's run sits between ``<vision_start>`` /
 ``<vision_end>`` markers where the config names them (the rope index finds images by them)."""
@@ -87,7 +87,8 @@ LAYOUT = register_layout(ImageLayout(
                  "glm46v", "glmga", "glm4v_moe", "glm5_next", "glm_ocr", "cosmos3_edge", "cosmos3_omni",
                  "ernie4_5_vl_moe", "exaone4_5", "hunyuan_vl", "hyperclovax_vision_v2", "kimi_k25",
                  "lfm3_vl", "minimax_m3_vl", "muse_glimmer", "muse_spark", "paddleocr_vl",
-                 "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "video_llama_3", "qwen4_exp", "dots3_note"),
+                 "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "video_llama_3", "qwen4_exp", "dots3_note",
+                 "cohere_compass"),
     pixels=pixels, default_size=default_size, other_size=other_size, config_count=config_count, markers=markers,
     variants=variants,
 ))

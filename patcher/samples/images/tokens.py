@@ -109,14 +109,29 @@ def image_feature_method(model, name: str = "get_image_features"):
 
 def _features(output: Any):
     """The image features of a ``get_image_features`` result: ``pooler_output`` of a model output
-    (transformers 5), else the value itself or the first item of a tuple."""
+    (transformers 5), else the features of the first ``deepstack_features`` entry where only those
+    are given, else the value itself or the first item of a tuple."""
     if hasattr(output, "pooler_output") and output.pooler_output is not None:
         return output.pooler_output
+    deepstack = getattr(output, "deepstack_features", None)
+    if deepstack:
+        return _deepstack_entry_features(deepstack[0])
     if hasattr(output, "keys") and not isinstance(output, torch.Tensor):
         return next(iter(output.values()))
     if isinstance(output, tuple) and output and isinstance(output[0], (torch.Tensor, list, tuple)):
         return output[0] if not all(isinstance(item, torch.Tensor) and item.ndim == 2 for item in output) else output
     return output
+
+
+def _deepstack_entry_features(entry: Any):
+    """One ``deepstack_features`` entry's image features. Granite 4 Vision gives no pooler_output: its
+    image features are the entries, ``(llm_layer, per-image features)`` pairs, every entry as many
+    features per image as image tokens (its forward checks the first against the placeholders).
+    Taking the first non-None output field instead counted the vision tower's hidden states, which
+    are as wide as the tiny text model's embeddings."""
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], int):
+        return entry[1]
+    return entry
 
 
 #: Arguments a model's ``forward`` fills from its config when they are None
