@@ -174,12 +174,13 @@ def _module_classes(model: nn.Module) -> set[type]:
     return {type(module) for module in model.modules()}
 
 
-def _functions_and_methods(model: nn.Module, names: Container[str] | None = None) -> Iterator[tuple[Any, str, Any, bool]]:
+def _functions_and_methods(model: nn.Module, names: Container[str] | None = None,
+                           classes: set[type] | None = None) -> Iterator[tuple[Any, str, Any, bool]]:
     """``(owner, name, function, is_namespace)`` for every function an ignore entry can name: the
     globals of the modeling modules, and the methods of the model's classes and their bases (only
     those called one of ``names``, when given). Each base class is read once, though most classes
     share ``nn.Module`` and ``PreTrainedModel``: this runs at every trace, over hundreds of methods."""
-    classes = _module_classes(model)
+    classes = classes if classes is not None else _module_classes(model)
     for namespace in modeling_namespaces(model, classes):
         for name, value in list(namespace.items()):
             if (names is None or name in names) and isinstance(value, types.FunctionType):  # inspect.isfunction
@@ -196,16 +197,17 @@ def callable_names(model: nn.Module) -> set[str]:
 
 
 @contextlib.contextmanager
-def opaque_calls(model: nn.Module, names: Iterable[str]) -> Iterator[set[str]]:
+def opaque_calls(model: nn.Module, names: Iterable[str], classes: set[type] | None = None) -> Iterator[set[str]]:
     """Patch functions/methods called ``names`` for the duration of the context.
 
     Yields the names that were found (functions or methods); the caller may report the rest.
+    ``classes``: the model's module classes, when the caller has them (else the modules are walked).
     """
     names = set(names)
     found: set[str] = set()
     restore: list[tuple[Any, str, Any, bool]] = []
     try:
-        for owner, name, value, is_namespace in _functions_and_methods(model, names):
+        for owner, name, value, is_namespace in _functions_and_methods(model, names, classes):
             if name not in names or getattr(value, "__tracezoo_opaque__", False):
                 continue
             restore.append((owner, name, value, is_namespace))

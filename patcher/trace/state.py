@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
+from .model_walk import ModelWalk
+
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
 # Hooks installed while tracing (transformers installs its output-capturing hooks lazily, and marks
 # the model in an attribute that is restored) are removed again, so the two stay consistent.
@@ -22,7 +24,7 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwar
                "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs")
 
 
-def _configs_of(modules) -> list[PretrainedConfig]:
+def configs_of(modules) -> list[PretrainedConfig]:
     seen: dict[int, PretrainedConfig] = {}
     stack = [getattr(module, "config", None) for module in modules]
     while stack:
@@ -49,17 +51,26 @@ class StateSnapshot:
     children are still the very same objects (compared by identity, no ``__eq__`` runs) is skipped
     by :meth:`changes` and :meth:`restore`; only the others are compared and put back one by one."""
 
-    def __init__(self, model: nn.Module):
-        self.names = {module: name for name, module in model.named_modules(remove_duplicate=False)}
+    def __init__(self, model: nn.Module, walk: ModelWalk | None = None):
+        walk = walk if walk is not None else ModelWalk(model)
+        self.names = walk.names
         self._saved = {module: dict(vars(module)) for module in self.names}  # the slots too
         self.tensors = {module: (dict(module._parameters), dict(module._buffers)) for module in self.names}
         self.children = {module: dict(module._modules) for module in self.names}
         # the hook dicts are instance attributes (nn.Module.__init__), read from the copy just taken;
         # copied only for the modules that have a hook (most have none), the others' must stay empty
         self.hooks = {module: {attr: dict(saved[attr]) for attr in _HOOK_DICTS if attr in saved}
-                      for module, saved in self._saved.items() if any(saved.get(attr) for attr in _HOOK_DICTS)}
-        self.configs = _configs_of(self.names)
+                      for module, saved in self._saved.items() if any(map(saved.get, _HOOK_DICTS))}
+        self.configs = walk.configs
         self.config_attrs = {id(config): (config, dict(vars(config))) for config in self.configs}
+        self._reported: Callable[[nn.Module], bool] | None = None
+        self.changes_found: list[str] | None = None  # see report_changes
+
+    def report_changes(self, wanted: Callable[[nn.Module], bool]) -> None:
+        """Have :meth:`restore` list in :attr:`changes_found` what :meth:`changes` would give for the
+        modules ``wanted`` picks, before it puts them back: one comparison of every module for both
+        (it is the slowest part of the check, 700 modules at every trace of Qwen2-VL)."""
+        self._reported = wanted
 
     def _attrs(self, module: nn.Module) -> dict[str, Any]:
         """The module's plain attributes as saved (its slots left out)."""
@@ -97,6 +108,8 @@ class StateSnapshot:
                 del current[key]
             current.update(attrs)
         touched = [module for module in self.names if not self._untouched(module)]
+        if self._reported is not None:
+            self.changes_found = self.changes(module for module in touched if self._reported(module))
         for module in touched:
             attrs = self._attrs(module)
             current = vars(module)
@@ -108,6 +121,10 @@ class StateSnapshot:
             module._modules.update(self.children[module])
         for module, saved in self._saved.items():
             hooks = self.hooks.get(module)
+            # The attributes are back: a module's hook dicts are the ones saved. Most modules had no
+            # hook and got none; theirs are all empty still.
+            if hooks is None and not any(map(saved.get, _HOOK_DICTS)):
+                continue
             for attr in _HOOK_DICTS:
                 if attr not in saved:
                     continue
@@ -137,12 +154,14 @@ def _short(value) -> str:
 
 
 @contextlib.contextmanager
-def preserved_model_state(model: nn.Module, *, disable_cache: bool = True) -> Iterator[StateSnapshot]:
+def preserved_model_state(model: nn.Module, *, disable_cache: bool = True,
+                          walk: ModelWalk | None = None) -> Iterator[StateSnapshot]:
     """Snapshot plain attributes of every module and config; restore them on exit.
 
-    Yields the snapshot, so the tracer can ask which attributes tracing wrote.
+    Yields the snapshot, so the tracer can ask which attributes tracing wrote. ``walk``: the model's
+    modules as walked before (the traces of one call share one walk), else they are walked here.
     """
-    snapshot = StateSnapshot(model)
+    snapshot = StateSnapshot(model, walk)
     if disable_cache:
         # Decorators read use_cache from the config; a DynamicCache must not reach the graph.
         for config in _with_cache_flag(snapshot.configs):
@@ -162,7 +181,7 @@ def cache_off(model: nn.Module) -> Iterator[None]:
     """Every config of ``model`` says ``use_cache=False`` inside, as while tracing: the eager run a
     graph is compared with (a sub-model reads the flag from its own config, not from the call's
     ``use_cache``). Only that flag is put back on exit; what the run itself writes stays."""
-    configs = _with_cache_flag(_configs_of(model.modules()))
+    configs = _with_cache_flag(configs_of(model.modules()))
     saved = [(config, vars(config).get("use_cache", _UNSET)) for config in configs]
     for config in configs:
         config.use_cache = False

@@ -29,6 +29,7 @@ from .hooks import check_leaf_output_capture, check_no_global_hooks, check_trace
 from .influence import eager_ignores
 from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_checked, structured
 from .liveness import check_inputs_reach_output, record_source
+from .model_walk import ModelWalk
 from .moved_code import NoneResult, may_return_none, none_results, object_given_for_attributes, returning_function
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .none_decisions import DecidedTuple, NoneDecisions
@@ -63,7 +64,7 @@ class SequentialTracer(fx.Tracer):
                  leaf_outputs: Mapping[nn.Module, list[Any]] | None = None,
                  leaf_output_keys: Mapping[str, tuple[str, ...]] | None = None,
                  settled_settings: Mapping[Any, Any] | None = None, decisions: Decisions | None = None,
-                 none_decisions: NoneDecisions | None = None):
+                 none_decisions: NoneDecisions | None = None, walk: ModelWalk | None = None):
         super().__init__(autowrap_functions=(), param_shapes_constant=False)
         self.model = model
         # module path -> the keys its output had on an eager run (see patcher.trace.leaf_outputs)
@@ -100,19 +101,11 @@ class SequentialTracer(fx.Tracer):
         self.ranks_read: dict[str, int] = {}  # those that traced code read: checked at every run
         # parameter reads cached while tracing a call through: (cache, key), taken back if it fails
         self._cache_keys_added: list[tuple[dict, str]] | None = None
-        # one walk of the modules (this runs at every trace) for what named_parameters(remove_duplicate=False)
-        # and named_buffers(...) would give, in their order: the last path of a shared tensor wins
-        modules = list(model.named_modules(remove_duplicate=False))
-        self._tensor_paths = {id(t): f"{prefix}.{key}" if prefix else key
-                              for slot in ("_parameters", "_buffers") for prefix, module in modules
-                              for key, t in getattr(module, slot).items() if t is not None}
-        # Configs are reached through the module that owns them, so graphs read `self.model.config`
-        # (the first path of a shared config: the walk's repeats come after each module's first visit).
-        self._config_paths: dict[int, str] = {}
-        for name, module in modules:
-            config = getattr(module, "config", None)
-            if isinstance(config, PretrainedConfig) and id(config) not in self._config_paths:
-                self._config_paths[id(config)] = f"{name}.config" if name else "config"
+        # tensor and config paths from one walk of the modules, shared by the traces of one trace_graph call
+        walk = walk if walk is not None else ModelWalk(model)
+        self._tensor_paths = walk.tensor_paths
+        # Configs are reached through the module that owns them, so graphs read `self.model.config`.
+        self._config_paths = walk.config_paths
 
     # -- leaves ------------------------------------------------------------------------
     def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
@@ -477,12 +470,13 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     model, sample, root, traced_modules = tracing.model, tracing.sample, tracing.root, tracing.arguments.traced_modules
     tracer = SequentialTracer(model, traced_modules, set(tracing.arguments.targets), facts.leaf_outputs,
                               facts.leaf_output_keys, facts.settled_settings, tracing.decisions,
-                              tracing.none_decisions)
+                              tracing.none_decisions, tracing.walk)
     tracer.sample_ranks = {key: value.ndim for key, value in root.graph_values(sample).items()
                            if isinstance(value, torch.Tensor)}
     tracer.traced_func_name = ROOT_FORWARD
     needed = failure = None
-    with gc_paused(), preserved_model_state(model) as snapshot, opaque_calls(model, tracing.arguments.ignore), \
+    with gc_paused(), preserved_model_state(model, walk=tracing.walk) as snapshot, \
+            opaque_calls(model, tracing.arguments.ignore, tracing.walk.classes), \
             traced_dtype_queries(), _recorded_module_devices(tracer), swapped_class(model, root.traced_class), \
             decided_container_indices(tracer, lambda: tracer._cache_keys_added is None):
         try:
@@ -501,7 +495,8 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
             failure = exc
         else:
             # Leaves run later, reading their attributes then: see patcher.trace.passes.leaf_state.
-            changes = snapshot.changes(module for module in snapshot.names if module not in traced_modules)
+            snapshot.report_changes(lambda module: module not in traced_modules)
+    changes = snapshot.changes_found
     # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
     # Moved code's results first: one that is None for the sample changes the path after it.
     if tracing.none_decisions.decide_pending(tracer.graph, model, root.graph_values(sample), tracer.constants):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Mapping
 
 from torch import fx, nn
 
 from .decisions import DecisionNeeded, Decisions
+from .model_walk import ModelWalk
 from .none_decisions import NoneDecisions
 from .passes.arguments import Arguments
 from .root import Root
@@ -52,3 +54,8 @@ class Tracing:
     trace_once: Callable[[Tracing, EagerFacts], TraceResult]
     decisions: Decisions = dataclasses.field(default_factory=Decisions)  # shared by every trace of the call
     none_decisions: NoneDecisions = dataclasses.field(default_factory=NoneDecisions)  # the same
+
+    @functools.cached_property
+    def walk(self) -> ModelWalk:
+        """The model's modules, walked once for every trace of the call (see :mod:`patcher.trace.model_walk`)."""
+        return ModelWalk(self.model)
