@@ -347,8 +347,9 @@ class SettingsJournal:
                 continue  # saved with everything inside it then; a module made since is dropped on restore
             for module in outer.modules():
                 if id(module) not in self._saved:  # the first state of the run is the one to go back to
-                    self._saved[id(module)] = (module, {key: value for key, value in vars(module).items()
-                                                        if key not in _MODULE_SLOTS}, dict(module._modules))
+                    # one copy of the whole __dict__ (the slots are skipped on restore): this runs for every
+                    # module inside one handed to moved code, at every run of such a graph
+                    self._saved[id(module)] = (module, dict(vars(module)), dict(module._modules))
 
     def restore(self) -> None:
         for module, attributes, children in self._saved.values():
@@ -360,6 +361,8 @@ class SettingsJournal:
                         if key not in _MODULE_SLOTS and key not in attributes and is_trace_constant(value)]:
                 del now[key]
             for key, old in attributes.items():
+                if key in _MODULE_SLOTS:
+                    continue
                 new = now.get(key, _UNSET)
                 if new is not old and (new is _UNSET or is_trace_constant(old) or is_trace_constant(new)):
                     now[key] = old
