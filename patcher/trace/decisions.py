@@ -99,21 +99,23 @@ class Decisions:
 
 
 def sample_value(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
-                 constants: Mapping[str, Any], measure: Callable[[Any], Any] = bool) -> Any:
+                 constants: Mapping[str, Any], measure: Callable[[Any], Any] = bool,
+                 modules: list[nn.Module] | None = None) -> Any:
     """``measure`` of the value ``node`` (a decided condition, a sequence of decided length, a
     container's index) has for ``sample`` (see :func:`sample_result`)."""
     try:
-        return measure(sample_result(graph, node, model, sample, constants))
+        return measure(sample_result(graph, node, model, sample, constants, modules))
     except Exception as exc:
         raise TracingError(f"could not work out the condition of {describe_node(node)} for the sample, which the "
                            f"tracer needs to follow its branch: {type(exc).__name__}: {exc}") from exc
 
 
 def sample_result(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapping[str, Any],
-                  constants: Mapping[str, Any]) -> Any:
+                  constants: Mapping[str, Any], modules: list[nn.Module] | None = None) -> Any:
     """The value ``node`` has for ``sample``: the nodes of ``graph`` it depends on, run on a copy of
     the sample's tensors (a node writing into an input in place must not change the sample the
-    trace goes on with). Raises what the run raises."""
+    trace goes on with). Raises what the run raises. ``modules``: ``list(model.modules())`` when the
+    caller has it."""
     needed: set[fx.Node] = set()
     stack = [node]
     while stack:
@@ -129,7 +131,7 @@ def sample_result(graph: fx.Graph, node: fx.Node, model: nn.Module, sample: Mapp
     partial.output(copies[node])
     names = [placeholder.target for placeholder in partial.find_nodes(op="placeholder")]
     inputs = [_copied(sample[name]) for name in names]
-    with torch.no_grad(), hooks_silenced(model):  # a decision's run is no calibration batch
+    with torch.no_grad(), hooks_silenced(model, modules):  # a decision's run is no calibration batch
         return run_graph(compile_graph(partial), partial, GraphRoot(model, constants), inputs,
                          "the part of the graph a decision of the trace reads")
 

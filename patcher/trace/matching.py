@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from torch import nn
 
@@ -57,9 +57,10 @@ def parse_patterns(entries: ModuleEntries | None, argument: str = "entries") -> 
 
 
 def match_modules(
-    model: nn.Module, patterns: Sequence[ModulePattern]
+    model: nn.Module, patterns: Sequence[ModulePattern], named: Iterable[tuple[str, nn.Module]] | None = None
 ) -> tuple[dict[str, nn.Module], dict[ModulePattern, int]]:
-    """Return ``{qualified_name: module}`` for modules matching any pattern, and hit counts."""
+    """Return ``{qualified_name: module}`` for modules matching any pattern, and hit counts.
+    ``named``: ``model.named_modules()`` when the caller has it."""
     matched: dict[str, nn.Module] = {}
     hits = {pattern: 0 for pattern in patterns}
     if not patterns:
@@ -68,7 +69,7 @@ def match_modules(
     regexes = []
     for pattern in patterns:
         (regexes.append(pattern) if pattern.regex else by_class.setdefault(pattern.text, []).append(pattern))
-    for name, module in model.named_modules():
+    for name, module in named if named is not None else model.named_modules():
         for pattern in by_class.get(type(module).__name__, ()):
             hits[pattern] += 1
             matched[name] = module
@@ -79,7 +80,8 @@ def match_modules(
     return matched, hits
 
 
-def resolve_targets(model: nn.Module, sequential_targets: ModuleEntries) -> dict[str, nn.Module]:
+def resolve_targets(model: nn.Module, sequential_targets: ModuleEntries,
+                    named: Iterable[tuple[str, nn.Module]] | None = None) -> dict[str, nn.Module]:
     """Modules selected by ``sequential_targets``, outermost first; every entry must match.
 
     Entries are read by :func:`patcher.registry.normalize.module_entries` (an ``nn.Module`` subclass means
@@ -95,7 +97,7 @@ def resolve_targets(model: nn.Module, sequential_targets: ModuleEntries) -> dict
     patterns = [ModulePattern.parse(entry) for entry in module_entries(sequential_targets, "sequential_targets")]
     if not patterns:
         raise TargetMatchError("sequential_targets is empty: name at least one module class or 're:' pattern")
-    matched, hits = match_modules(model, patterns)
+    matched, hits = match_modules(model, patterns, named)
     unmatched = [pattern.text for pattern, count in hits.items() if count == 0]
     if unmatched:
         raise TargetMatchError(_no_match_message(model, unmatched))

@@ -25,6 +25,20 @@ class ModelWalk:
         self.named: list[tuple[str, nn.Module]] = list(model.named_modules(remove_duplicate=False))
 
     @functools.cached_property
+    def unique(self) -> list[tuple[str, nn.Module]]:
+        """What ``named_modules()`` gives: each module once, under its first path, in the order of
+        first visits (a module met again is skipped with its children, which the walk met under it)."""
+        first: dict[nn.Module, str] = {}
+        for name, module in self.named:
+            first.setdefault(module, name)
+        return [(name, module) for module, name in first.items()]
+
+    @functools.cached_property
+    def modules(self) -> list[nn.Module]:
+        """What ``modules()`` gives."""
+        return [module for _, module in self.unique]
+
+    @functools.cached_property
     def names(self) -> dict[nn.Module, str]:
         """Each module's path (a module under two paths: the last one)."""
         return {module: name for name, module in self.named}

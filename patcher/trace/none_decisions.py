@@ -109,13 +109,14 @@ class NoneDecisions:
         return _decided_value(proxy, function, answer)
 
     def decide_pending(self, graph: fx.Graph, model: nn.Module, sample: Mapping[str, Any],
-                       constants: Mapping[str, Any]) -> bool:
+                       constants: Mapping[str, Any], modules: list[nn.Module] | None = None) -> bool:
         """Answer the calls the last trace met undecided, in order, up to the first with a None
         item. True: trace again (that call's code after it takes another path). False: the trace
-        stands; the checks of the calls answered are added to ``graph`` after each call."""
+        stands; the checks of the calls answered are added to ``graph`` after each call.
+        ``modules``: ``list(model.modules())`` when the caller has it."""
         answered: list[tuple[fx.Node, NoneAnswer]] = []
         for call in self.pending:
-            answer = _answer(graph, call, model, sample, constants)
+            answer = _answer(graph, call, model, sample, constants, modules)
             self.answers.append(answer)
             if answer is UNDECIDED:
                 continue
@@ -132,11 +133,11 @@ class NoneDecisions:
 
 
 def _answer(graph: fx.Graph, call: _Pending, model: nn.Module, sample: Mapping[str, Any],
-            constants: Mapping[str, Any]) -> NoneAnswer | None:
+            constants: Mapping[str, Any], modules: list[nn.Module] | None) -> NoneAnswer | None:
     if call.node.graph is not graph or getattr(call.node, "_erased", False):
         return UNDECIDED  # made inside a trace-through attempt that was taken back
     try:
-        value = sample_result(graph, call.node, model, sample, constants)
+        value = sample_result(graph, call.node, model, sample, constants, modules)
     except Exception:  # noqa: BLE001 - e.g. moved code reading tensor values on meta: left as it was
         return UNDECIDED
     if not isinstance(value, tuple) or _returned_length(call.function) != len(value):

@@ -296,7 +296,8 @@ def _tensor(model: nn.Module, path: str) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def mode_exceptions(model: nn.Module) -> frozenset[str]:
-    """Names of the modules whose mode differs from the root's."""
-    return frozenset(name for name, module in model.named_modules(remove_duplicate=False)
-                     if module.training != model.training)
+def mode_exceptions(model: nn.Module, named: Iterable[tuple[str, nn.Module]] | None = None) -> frozenset[str]:
+    """Names of the modules whose mode differs from the root's (``named``:
+    ``model.named_modules(remove_duplicate=False)`` when the caller has it)."""
+    named = named if named is not None else model.named_modules(remove_duplicate=False)
+    return frozenset(name for name, module in named if module.training != model.training)

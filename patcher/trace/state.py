@@ -199,14 +199,14 @@ _UNSET = object()
 
 
 @contextlib.contextmanager
-def hooks_silenced(model: nn.Module) -> Iterator[None]:
+def hooks_silenced(model: nn.Module, modules: list[nn.Module] | None = None) -> Iterator[None]:
     """No hook of ``model``'s modules runs inside but transformers' own output capturing (which
     fills ``hidden_states``: the run must return what the graph's run will): the tracer's own eager
     runs on the sample (a leaf's output structure, the keys ``**`` unpacks, the settings moved code
     leaves, a branch decision) are no calibration batch, and a hook that accumulates statistics
     (GPTQ's Hessians, a user's activation recorder) would take them for one. On exit the hooks are
     back; hooks registered inside are removed, but capture hooks transformers installed lazily stay,
-    as its mark that it installed them does."""
+    as its mark that it installed them does. ``modules``: ``list(model.modules())`` when the caller has it."""
     from .hooks import is_output_capturing
 
     def capturing(module: nn.Module) -> set[int]:
@@ -216,7 +216,7 @@ def hooks_silenced(model: nn.Module) -> Iterator[None]:
 
     # Only the hook dicts that hold something are copied and put back: a model has hundreds of
     # modules and a few hooks, and this runs at every eager run of the trace.
-    modules = list(model.modules())
+    modules = modules if modules is not None else list(model.modules())
     saved = [(module, attr, dict(hooks)) for module in modules for attr in _HOOK_DICTS
              if (hooks := getattr(module, attr, None))]
     for module, attr, entries in saved:

@@ -442,13 +442,14 @@ def trace_graph(
     the graph cannot honour it) or ``OutputCaptureError`` (``output_hidden_states``/``output_attentions``
     collected by hooks inside modules the graph calls as a whole: the graph would return empty tuples).
     """
-    arguments = read_arguments(model, sample_input, sequential_targets, ignore, unused_inputs)
+    walk = ModelWalk(model)  # the modules, walked once for every trace of this call (see model_walk.py)
+    arguments = read_arguments(model, sample_input, sequential_targets, ignore, unused_inputs, walk)
     check_sample(model, sample_input)
     check_layerdrop(model, arguments.traced_modules)
     root = traced_root(model, sample_input)
     check_traced_through("", model)  # the graph replaces the root's forward: its hooks never run
     check_no_global_hooks()
-    tracing = Tracing(model, sample_input, arguments, root, trace_once)
+    tracing = Tracing(model, sample_input, arguments, root, trace_once, walk=walk)
     result = traced_deciding_branches(tracing, EagerFacts())
     result = retraced_with_unpacked_keys(tracing, result)
     result = retraced_for_iterated_leaf_outputs(tracing, result)
@@ -499,7 +500,8 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     changes = snapshot.changes_found
     # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
     # Moved code's results first: one that is None for the sample changes the path after it.
-    if tracing.none_decisions.decide_pending(tracer.graph, model, root.graph_values(sample), tracer.constants):
+    if tracing.none_decisions.decide_pending(tracer.graph, model, root.graph_values(sample), tracer.constants,
+                                             tracing.walk.modules):
         return TraceResult(tracer, facts, decided_none_results=True)
     if failure is not None:
         raise explained(failure, model, tracer, root.original_class) from failure

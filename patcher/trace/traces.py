@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable, Mapping
 
 from torch import fx, nn
@@ -54,8 +53,9 @@ class Tracing:
     trace_once: Callable[[Tracing, EagerFacts], TraceResult]
     decisions: Decisions = dataclasses.field(default_factory=Decisions)  # shared by every trace of the call
     none_decisions: NoneDecisions = dataclasses.field(default_factory=NoneDecisions)  # the same
+    # the model's modules, walked once for every trace of the call (see patcher.trace.model_walk)
+    walk: ModelWalk | None = None
 
-    @functools.cached_property
-    def walk(self) -> ModelWalk:
-        """The model's modules, walked once for every trace of the call (see :mod:`patcher.trace.model_walk`)."""
-        return ModelWalk(self.model)
+    def __post_init__(self):
+        if self.walk is None:
+            self.walk = ModelWalk(self.model)

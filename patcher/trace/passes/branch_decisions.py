@@ -24,6 +24,6 @@ def traced_deciding_branches(tracing: Tracing, facts: EagerFacts) -> TraceResult
         # Outside the trace (fx's patches undone, the model's state restored): modules run for real.
         decisions.add(sample_value(result.tracer.graph, result.undecided.node, tracing.model,
                                    tracing.root.graph_values(tracing.sample),
-                                   result.tracer.constants, result.undecided.measure))
+                                   result.tracer.constants, result.undecided.measure, tracing.walk.modules))
         decisions.restart()
         none_decisions.restart()
