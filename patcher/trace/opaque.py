@@ -191,9 +191,10 @@ def _functions_and_methods(model: nn.Module, names: Container[str] | None = None
                 yield base, name, value, False
 
 
-def callable_names(model: nn.Module) -> set[str]:
-    """The names of functions and methods an ignore entry can keep opaque in ``model``."""
-    return {name for _, name, _, _ in _functions_and_methods(model)}
+def callable_names(model: nn.Module, classes: set[type] | None = None) -> set[str]:
+    """The names of functions and methods an ignore entry can keep opaque in ``model`` (``classes``:
+    the model's module classes, when the caller has them)."""
+    return {name for _, name, _, _ in _functions_and_methods(model, classes=classes)}
 
 
 @contextlib.contextmanager

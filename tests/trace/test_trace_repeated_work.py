@@ -178,3 +178,110 @@ def test_moved_code_is_walked_once_for_the_settings_it_may_write(monkeypatch):
         assert may_change_settings(_moved_helper, (layer, 1), {}) is True
         assert may_change_settings(_reads_a_size, (layer, 1), {}) is False
     assert len(walks) == first
+
+
+class _Shared(nn.Module):
+    """One block under two paths (with its children), one leaf under three, a tied weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        self.again = nn.ModuleDict({"inner": self.block, "act": self.block[1]})
+        self.head = nn.Linear(2, 2)
+        self.tail = nn.Linear(2, 2)
+        self.tail.weight = self.head.weight
+
+
+def test_the_walk_gives_what_named_modules_and_modules_give():
+    from patcher.trace.model_walk import ModelWalk
+
+    model = _Shared()
+    walk = ModelWalk(model)
+    assert walk.named == list(model.named_modules(remove_duplicate=False))
+    assert walk.unique == list(model.named_modules())
+    assert walk.modules == list(model.modules())
+    assert walk.names == {module: name for name, module in model.named_modules(remove_duplicate=False)}
+    assert walk.classes == {type(module) for module in model.modules()}
+    assert walk.unique != walk.named  # the model does share modules
+
+
+def _walks_from_patcher(monkeypatch, model) -> list[str]:
+    """The walks of ``model``'s modules that tracezoo's own code asks for (fx's own walk inside
+    Tracer.trace is not tracezoo's to share), each as the file that asked."""
+    import os
+    import sys
+
+    import patcher
+
+    patcher_dir = os.path.dirname(patcher.__file__)
+    module_file = inspect.getsourcefile(nn.Module)
+    walks = []
+    original = nn.Module.named_modules
+
+    def counted(self, memo=None, prefix="", remove_duplicate=True):
+        if self is model and memo is None:
+            frame = sys._getframe(1)
+            while frame.f_code.co_filename == module_file:  # modules() asks named_modules()
+                frame = frame.f_back
+            if frame.f_code.co_filename.startswith(patcher_dir):
+                walks.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        return original(self, memo, prefix, remove_duplicate)
+
+    monkeypatch.setattr(nn.Module, "named_modules", counted)
+    return walks
+
+
+def test_a_trace_graph_call_walks_the_modules_once_however_often_it_traces(monkeypatch):
+    from patcher.trace import tracer as tracer_module
+    from patcher.trace import trace_graph
+
+    # Qwen2-VL with an image: traced twice (text_position_ids is None for the sample, decided after the first)
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct", multimodal_data=True)
+    traces = []
+    original_trace_once = tracer_module.trace_once
+    monkeypatch.setattr(tracer_module, "trace_once",
+                        lambda tracing, facts: traces.append(facts) or original_trace_once(tracing, facts))
+    walks = _walks_from_patcher(monkeypatch, setup.model)
+    trace_graph(setup.model, setup.sample, setup.targets, setup.ignore)
+    assert len(traces) == 2
+    assert len(walks) == 1, walks
+
+
+class _Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(2, 2) for _ in range(2))
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_every_module_is_compared_with_its_snapshot_once_per_trace(monkeypatch):
+    from collections import Counter
+
+    from patcher.trace import trace_graph
+
+    model = _Chain()
+    compared = Counter()
+    original = StateSnapshot._untouched
+    monkeypatch.setattr(StateSnapshot, "_untouched",
+                        lambda self, module: compared.update([id(module)]) or original(self, module))
+    trace_graph(model, {"x": torch.zeros(1, 2)}, ["Linear"])
+    assert {id(module): 1 for module in model.modules()} == dict(compared)
+
+
+def test_restore_lists_the_changes_of_the_modules_asked_for_before_putting_them_back():
+    model = _Writes()
+    snapshot = StateSnapshot(model)
+    model.inner.extra = 1
+    model.other.extra = 2
+    model.table = torch.ones(3)
+    before = snapshot.changes([model, model.inner])  # in the walk's order, as the tracer asks
+    snapshot.report_changes(lambda module: module in (model.inner, model))
+    snapshot.restore()
+    assert snapshot.changes_found == before
+    assert [line.split(":")[0] for line in before] == ["table", "inner.extra"]
+    assert not hasattr(model.inner, "extra") and not hasattr(model.other, "extra")

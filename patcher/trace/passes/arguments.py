@@ -36,7 +36,7 @@ def read_arguments(model: nn.Module, sample_input: Mapping[str, Any],
     ignore = resolve_ignore(ignore)
     targets = resolve_targets(model, sequential_targets, walk.unique)
     ignored_modules, ignore_hits = match_modules(model, parse_patterns(ignore), walk.unique)
-    check_ignore_matches(model, ignore_hits)
+    check_ignore_matches(model, ignore_hits, walk.classes)
     check_targets_not_ignored(targets, ignored_modules)
     traced_modules = _ancestors(model, walk, targets) - set(ignored_modules.values()) - set(targets.values())
     if model in ignored_modules.values():

@@ -14,15 +14,17 @@ from ..matching import REGEX_PREFIX, ModulePattern
 from ..opaque import callable_names
 
 
-def check_ignore_matches(model: nn.Module, hits: Mapping[ModulePattern, int]) -> None:
+def check_ignore_matches(model: nn.Module, hits: Mapping[ModulePattern, int],
+                         classes: set[type] | None = None) -> None:
     """Every ignore entry beyond the defaults keeps something opaque: a module (by class name or
     ``re:`` pattern) or a function or method the model's code can call. The defaults name every
     model's helpers and so match nothing in most models; an entry of the caller's that matches
-    nothing is a misspelling (``create_causal_mak``) that would be accepted without a word."""
+    nothing is a misspelling (``create_causal_mak``) that would be accepted without a word.
+    ``classes``: the model's module classes, when the caller has them."""
     unmatched = [pattern for pattern, count in hits.items() if count == 0 and pattern.text not in DEFAULT_IGNORE]
     if not unmatched:
         return
-    functions = callable_names(model)
+    functions = callable_names(model, classes)
     unmatched = [pattern for pattern in unmatched if pattern.regex is not None or pattern.text not in functions]
     if not unmatched:
         return
