@@ -133,10 +133,12 @@ class StateSnapshot:
                     current.clear()
                     current.update(entries)
         for module, (parameters, buffers) in self.tensors.items():
-            module._parameters.clear()
-            module._parameters.update(parameters)
-            module._buffers.clear()
-            module._buffers.update(buffers)
+            if parameters or module._parameters:  # most modules hold none, and got none
+                module._parameters.clear()
+                module._parameters.update(parameters)
+            if buffers or module._buffers:
+                module._buffers.clear()
+                module._buffers.update(buffers)
 
 
 def _same_objects(saved: dict, current: dict) -> bool:

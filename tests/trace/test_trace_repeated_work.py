@@ -285,3 +285,15 @@ def test_restore_lists_the_changes_of_the_modules_asked_for_before_putting_them_
     assert snapshot.changes_found == before
     assert [line.split(":")[0] for line in before] == ["table", "inner.extra"]
     assert not hasattr(model.inner, "extra") and not hasattr(model.other, "extra")
+
+
+def test_tensors_registered_on_a_module_that_held_none_are_removed():
+    model = _Writes()  # the root holds no parameter or buffer of its own
+    weight = model.inner.weight
+    snapshot = StateSnapshot(model)
+    model.register_buffer("added", torch.zeros(1))
+    model.register_parameter("grown", nn.Parameter(torch.zeros(1)))
+    model.inner.weight = nn.Parameter(torch.ones(2, 2))
+    snapshot.restore()
+    assert not model._buffers and not model._parameters
+    assert model.inner.weight is weight
