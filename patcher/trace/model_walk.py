@@ -14,6 +14,7 @@ start of every trace of one call: they are walked once.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from torch import nn
 from transformers import PretrainedConfig
@@ -61,8 +62,9 @@ class ModelWalk:
         """Each config by identity -> ``path.config`` of the module that owns it (the first path of a
         shared config: the walk's repeats come after each module's first visit)."""
         paths: dict[int, str] = {}
+        held = self.held_configs
         for name, module in self.named:
-            config = getattr(module, "config", None)
+            config = held[module]
             if isinstance(config, PretrainedConfig) and id(config) not in paths:
                 paths[id(config)] = f"{name}.config" if name else "config"
         return paths
@@ -70,6 +72,13 @@ class ModelWalk:
     @functools.cached_property
     def configs(self) -> list[PretrainedConfig]:
         """The configs the modules hold, and the configs those hold (see :func:`patcher.trace.state.configs_of`)."""
-        from .state import configs_of
+        from .state import configs_within
 
-        return configs_of(self.names)
+        return configs_within(list(self.held_configs.values()))
+
+    @functools.cached_property
+    def held_configs(self) -> dict[nn.Module, Any]:
+        """Each module's ``config`` attribute (None where it has none), read once for the paths and the
+        configs: most modules have none, and a missing attribute is looked up through nn.Module.__getattr__,
+        which raises."""
+        return {module: getattr(module, "config", None) for module in self.names}

@@ -25,8 +25,13 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwar
 
 
 def configs_of(modules) -> list[PretrainedConfig]:
+    return configs_within([getattr(module, "config", None) for module in modules])
+
+
+def configs_within(held: list[Any]) -> list[PretrainedConfig]:
+    """The configs among ``held`` (the modules' ``config`` attributes) and the configs they hold."""
     seen: dict[int, PretrainedConfig] = {}
-    stack = [getattr(module, "config", None) for module in modules]
+    stack = list(held)
     while stack:
         config = stack.pop()
         if isinstance(config, PretrainedConfig) and id(config) not in seen:

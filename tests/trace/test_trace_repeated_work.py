@@ -297,3 +297,30 @@ def test_tensors_registered_on_a_module_that_held_none_are_removed():
     snapshot.restore()
     assert not model._buffers and not model._parameters
     assert model.inner.weight is weight
+
+
+def test_the_walk_reads_each_modules_config_once_for_its_paths_and_configs(monkeypatch):
+    from patcher.trace.model_walk import ModelWalk
+    from patcher.trace.state import configs_of
+
+    setup = prepare_trace("TraceableQwen2VLForConditionalGeneration", "Qwen2-VL-2B-Instruct")
+    model = setup.model
+    expected_configs = configs_of(model.modules())
+    reads = []
+    original = nn.Module.__getattr__
+
+    def counted(self, name):
+        if name == "config":
+            reads.append(self)
+        return original(self, name)
+
+    monkeypatch.setattr(nn.Module, "__getattr__", counted)
+    walk = ModelWalk(model)
+    paths, configs = walk.config_paths, walk.configs
+    assert len(reads) == len(set(map(id, reads))) == len(list(model.modules())) - _with_own_config(model)
+    assert [id(config) for config in configs] == [id(config) for config in expected_configs]
+    assert paths[id(model.config)] == "config"
+
+
+def _with_own_config(model) -> int:
+    return sum("config" in vars(module) for module in model.modules())
