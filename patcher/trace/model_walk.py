@@ -20,6 +20,18 @@ from torch import nn
 from transformers import PretrainedConfig
 
 
+def configs_within(held: list[Any]) -> list[PretrainedConfig]:
+    """The configs among ``held`` (the modules' ``config`` attributes) and the configs they hold."""
+    seen: dict[int, PretrainedConfig] = {}
+    stack = list(held)
+    while stack:
+        config = stack.pop()
+        if isinstance(config, PretrainedConfig) and id(config) not in seen:
+            seen[id(config)] = config
+            stack.extend(value for value in vars(config).values() if isinstance(value, PretrainedConfig))
+    return list(seen.values())
+
+
 class ModelWalk:
     """``model.named_modules(remove_duplicate=False)`` taken once, and what the traces read from it."""
 
@@ -71,9 +83,7 @@ class ModelWalk:
 
     @functools.cached_property
     def configs(self) -> list[PretrainedConfig]:
-        """The configs the modules hold, and the configs those hold (see :func:`patcher.trace.state.configs_of`)."""
-        from .state import configs_within
-
+        """The configs the modules hold, and the configs those hold (see :func:`configs_within`)."""
         return configs_within(list(self.held_configs.values()))
 
     @functools.cached_property

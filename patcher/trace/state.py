@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from .model_walk import ModelWalk
+from .model_walk import ModelWalk, configs_within
 
 _MODULE_SLOTS = ("_parameters", "_buffers", "_modules")
 # Hooks installed while tracing (transformers installs its output-capturing hooks lazily, and marks
@@ -26,18 +26,6 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_with_kwar
 
 def configs_of(modules) -> list[PretrainedConfig]:
     return configs_within([getattr(module, "config", None) for module in modules])
-
-
-def configs_within(held: list[Any]) -> list[PretrainedConfig]:
-    """The configs among ``held`` (the modules' ``config`` attributes) and the configs they hold."""
-    seen: dict[int, PretrainedConfig] = {}
-    stack = list(held)
-    while stack:
-        config = stack.pop()
-        if isinstance(config, PretrainedConfig) and id(config) not in seen:
-            seen[id(config)] = config
-            stack.extend(value for value in vars(config).values() if isinstance(value, PretrainedConfig))
-    return list(seen.values())
 
 
 def _same(old, new) -> bool:

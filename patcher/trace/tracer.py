@@ -7,7 +7,6 @@ target lives inside them, so calibration hooks on the targets see real module ca
 
 from __future__ import annotations
 
-import contextlib
 import re
 from typing import Any, Iterable, Mapping
 
@@ -22,7 +21,7 @@ from ..registry.normalize import ModuleEntries
 from ..registry.wrapped import is_wrapped_name
 from .decisions import DecisionNeeded, Decisions, is_decision
 from .explain import explained
-from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, module_device, traced_message
+from .graph_runtime import CONSTANT_PREFIX, ROOT_ATTRIBUTE, TracedGraph, gc_paused, traced_message
 from .errors import SharedStateError
 from .filled_caches import check_no_read_after_fill
 from .hooks import check_leaf_output_capture, check_no_global_hooks, check_traced_through, replay_hidden_state_capture
@@ -35,6 +34,7 @@ from .opaque import mapping_result, opaque_calls, traced_dtype_queries
 from .none_decisions import DecidedTuple, NoneDecisions
 from .decided_lengths import check_decided_length, splits_a_tensor
 from .decided_indices import decided_container_indices
+from .device_reads import DeviceReads
 from .passes.arguments import read_arguments
 from .passes.branch_decisions import traced_deciding_branches
 from .passes.hidden_targets import check_no_hidden_targets
@@ -96,7 +96,7 @@ class SequentialTracer(fx.Tracer):
         # (the container, kept alive; the node of its value now; its contents then; where first handed)
         self._states: dict[int, tuple[Any, fx.Node, Any, fx.Node]] = {}
         # devices read from `module.device` while tracing (by identity; kept alive) -> the module
-        self._device_sources: dict[int, tuple[torch.device, nn.Module]] = {}
+        self.devices = DeviceReads(self)  # module.device reads: run-time reads in the graph
         self.sample_ranks: dict[str, int] = {}  # sample tensor -> its rank (the graph input's name)
         self.ranks_read: dict[str, int] = {}  # those that traced code read: checked at every run
         # parameter reads cached while tracing a call through: (cache, key), taken back if it fails
@@ -297,30 +297,6 @@ class SequentialTracer(fx.Tracer):
             raise SharedStateError(changed_after_handing(value, first))
         return node
 
-    def module_device_read(self, module: nn.Module, device: Any) -> Any:
-        """``module.device`` read by traced code: a fresh ``torch.device`` object whose identity
-        remembers the module, so that an argument made of it becomes a run-time read
-        (:func:`~patcher.trace.graph_runtime.module_device`). Python code deciding on it
-        (``device.type == "cuda"``) still sees the concrete device."""
-        if not isinstance(device, torch.device):
-            return device
-        device = torch.device(device)
-        self._device_sources[id(device)] = (device, module)
-        return device
-
-    def _device_arg(self, device: torch.device) -> fx.Node | None:
-        """A device the graph must not bake: one read from ``module.device`` (the module's device
-        when the graph runs), or ``meta`` (the device of a model traced on meta, read another way,
-        e.g. ``next(self.parameters()).device``: the model's device when the graph runs)."""
-        source = self._device_sources.get(id(device))
-        if source is not None and source[0] is device:
-            module = source[1]
-        elif device.type == "meta":
-            module = self.model
-        else:
-            return None
-        return self.create_proxy("call_function", module_device, (module,), {}).node
-
     def _message_arg(self, text: str) -> fx.Node | None:
         """A string an f-string formatted with proxies (a check's message, ``"tokens: Proxy(sum_1)"``):
         formatted again when the graph runs, with the values of those nodes (None if a name is not
@@ -344,7 +320,7 @@ class SequentialTracer(fx.Tracer):
         if type(a) in (*TRACED_THROUGH_TYPES, DecidedTuple):
             return self.create_arg(tuple(a) if isinstance(a, tuple) else dict(a))
         if isinstance(a, torch.device):
-            node = self._device_arg(a)
+            node = self.devices.argument(a)
             if node is not None:
                 return node
         if isinstance(a, str) and "Proxy(" in a:
@@ -387,25 +363,6 @@ _PROXY_REPR = re.compile(r"Proxy\(([A-Za-z_][A-Za-z0-9_]*)\)")
 def _is_plain_object(value: Any) -> bool:
     # Objects fx does not know (dtype-likes, enums are handled by fx itself) travel by reference.
     return not isinstance(value, (list, tuple, dict, set, fx.Proxy))
-
-
-@contextlib.contextmanager
-def _recorded_module_devices(tracer: SequentialTracer):
-    """While tracing, ``module.device`` (transformers' ``ModuleUtilsMixin.device``, read by e.g.
-    ``inputs_embeds.to(self.device)``) is recorded as a run-time read instead of being baked: a model
-    traced on meta would otherwise move values to the meta device when its graph runs."""
-    from transformers.modeling_utils import ModuleUtilsMixin
-
-    original = ModuleUtilsMixin.__dict__["device"]
-
-    def device(module):
-        return tracer.module_device_read(module, original.__get__(module))
-
-    ModuleUtilsMixin.device = property(device, doc=original.__doc__)
-    try:
-        yield
-    finally:
-        ModuleUtilsMixin.device = original
 
 
 def trace_graph(
@@ -478,7 +435,7 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     needed = failure = None
     with gc_paused(), preserved_model_state(model, walk=tracing.walk) as snapshot, \
             opaque_calls(model, tracing.arguments.ignore, tracing.walk.classes), \
-            traced_dtype_queries(), _recorded_module_devices(tracer), swapped_class(model, root.traced_class), \
+            traced_dtype_queries(), tracer.devices.recorded(), swapped_class(model, root.traced_class), \
             decided_container_indices(tracer, lambda: tracer._cache_keys_added is None):
         try:
             graph = tracer.trace(model)
