@@ -1,5 +1,7 @@
 """Trace-guided repair: failures only tracing can find are mapped back to the source and rewritten."""
 
+import contextlib
+import importlib
 import os
 import sys
 
@@ -13,6 +15,20 @@ from patcher.trace import UntraceableCodeError, trace_graph
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures"))
 import toy_modeling  # noqa: E402
+
+
+@contextlib.contextmanager
+def user_module(directory, name: str, source: str):
+    """``source`` written to ``directory/name.py`` and imported as a user's own modeling file (its
+    ``tests_fixture_toy`` import is the toy fixture); unimported and off the path afterwards."""
+    (directory / f"{name}.py").write_text(source)
+    sys.modules["tests_fixture_toy"] = toy_modeling
+    sys.path.insert(0, str(directory))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(directory))
+        sys.modules.pop(name, None)
 
 
 def test_repair_rewrites_what_only_tracing_finds(tmp_path):
@@ -51,8 +67,7 @@ def test_repair_rewrites_a_class_the_generated_module_imports(tmp_path):
     """``Stack`` looks traceable to the static rules, so the generated module imports it from the
     source (``rewrite/originals.py``), and tracing through it fails in the *source* file: repair
     rewrites that line of ``Stack``, which then is a copy."""
-    source = tmp_path / "stacked_modeling.py"
-    source.write_text(
+    with user_module(tmp_path, "stacked_modeling", (
         "import torch\n"
         "from torch import nn\n"
         "from tests_fixture_toy import ToyLayer, ToyModel\n"
@@ -77,19 +92,11 @@ def test_repair_rewrites_a_class_the_generated_module_imports(tmp_path):
         "\n"
         "    def forward(self, hidden):\n"
         "        return {'hidden': self.stack(hidden)}\n"
-    )
-    sys.modules["tests_fixture_toy"] = toy_modeling
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import stacked_modeling
-
+    )) as stacked_modeling:
         plain = load_traceable(stacked_modeling.StackedModel, targets=["ToyLayer"], cache_dir=tmp_path / "cache")
         assert sys.modules[plain.__module__].Stack is stacked_modeling.Stack
         result = repair(stacked_modeling.StackedModel, toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)},
                         ["ToyLayer"], ignore=[], cache_dir=tmp_path / "cache")
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("stacked_modeling", None)
     assert result.traced, result.report()
     assert result.locations == [Location(13, wanted="TZ101")]  # `if self.threshold > 0:` in Stack.forward
     assert sys.modules[result.model_class.__module__].Stack is not stacked_modeling.Stack
@@ -99,8 +106,7 @@ def test_repair_wraps_a_python_list_indexed_by_a_traced_value(tmp_path):
     """A Python list indexed by a value of the input's shape (no module container, which the tracer
     decides from the sample): the error's fix, `patcher repair`, wraps the line, equal to eager on
     every shape."""
-    source = tmp_path / "scaled_modeling.py"
-    source.write_text(
+    with user_module(tmp_path, "scaled_modeling", (
         "import torch\n"
         "from torch import nn\n"
         "from tests_fixture_toy import ToyConfig, ToyLayer, ToyModel\n"
@@ -112,12 +118,7 @@ def test_repair_wraps_a_python_list_indexed_by_a_traced_value(tmp_path):
         "        scales = [1.0, 2.0, 3.0]\n"
         "        hidden = hidden * scales[hidden.shape[0] - 1]\n"
         "        return {'hidden': hidden}\n"
-    )
-    sys.modules["tests_fixture_toy"] = toy_modeling
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import scaled_modeling
-
+    )) as scaled_modeling:
         config, sample = toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)}
         plain = load_traceable(scaled_modeling.ScaledModel, targets=["ToyLayer"], cache_dir=tmp_path / "cache")
         with pytest.raises(UntraceableCodeError, match=r"(?s)where Python needs an int.*scaled_modeling_\w+\.py:\d+ .*"
@@ -125,9 +126,6 @@ def test_repair_wraps_a_python_list_indexed_by_a_traced_value(tmp_path):
             trace_graph(plain(config), sample, ["ToyLayer"], [])
         result = repair(scaled_modeling.ScaledModel, config, sample, ["ToyLayer"], ignore=[],
                         cache_dir=tmp_path / "cache")
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("scaled_modeling", None)
     assert result.traced, result.report()
     assert result.locations == [Location(11, wanted="TZ103")]
     torch.manual_seed(0)
@@ -154,8 +152,7 @@ def test_load_traceable_keeps_names_and_loads_the_same_checkpoint(tmp_path):
 
 def test_repair_reports_what_it_cannot_fix(tmp_path):
     """A construct no rule fixes: the report names file, line, code, kind and the guide section."""
-    source = (tmp_path / "stubborn_modeling.py")
-    source.write_text(
+    with user_module(tmp_path, "stubborn_modeling", (
         "import torch\n"
         "from torch import nn\n"
         "from tests_fixture_toy import ToyConfig, ToyLayer, ToyModel\n"
@@ -167,16 +164,9 @@ def test_repair_reports_what_it_cannot_fix(tmp_path):
         "        for layer in self.layers:\n"
         "            hidden = layer(hidden)\n"
         "        return {'hidden': hidden}\n"
-    )
-    sys.modules["tests_fixture_toy"] = toy_modeling
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import stubborn_modeling
-
+    )) as stubborn_modeling:
         result = repair(stubborn_modeling.StubbornModel, toy_modeling.ToyConfig(), {"hidden": torch.randn(2, 4)},
                         ["ToyLayer"], ignore=[], cache_dir=tmp_path / "cache")
-    finally:
-        sys.path.remove(str(tmp_path))
     assert not result.traced
     report = result.report()
     assert "blocker(s) remain" in report
