@@ -15,10 +15,13 @@ follows, and the graph checks at every run that each decided item is (or is not)
 for the sample: a run whose call hands back another raises
 :class:`~patcher.trace.errors.BranchDecisionError` instead of running code traced for the other case.
 
-The trace goes on over an undecided call (its items stay traced values), and the calls it met are
-decided after it, in order, up to the first that has a None item: the code after that one follows
-another path in the next trace, while a call whose items are all values changes nothing, so a model
-whose moved code hands back no None for the sample is traced once, as before. A call whose value
+A call is decided where the trace meets it, by running that part of the graph in the middle of the
+trace (:mod:`patcher.trace.mid_trace_runs`), so the code after it is traced once, for the sample's
+answer. Where that cannot be done (moved code traced so far may write a module's settings; the call
+is inside an attempt to trace moved code through, which may be taken back; the run failed there),
+the trace goes on over the call (its items stay traced values), and the calls it met so are decided
+after it, in order, up to the first that has a None item: the code after that one follows another
+path in the next trace, while a call whose items are all values changes nothing. A call whose value
 cannot be worked out (a model on the meta device whose moved code reads tensor values) stays as it
 was: traced values, no check, and the error of a trace that then fails names the item
 (:func:`~patcher.trace.moved_code.none_result_reaching`).
@@ -81,6 +84,9 @@ class NoneDecisions:
         self.answers: list[NoneAnswer | None] = []
         self.used = 0
         self.pending: list[_Pending] = []
+        # Set by the tracer for the trace in progress: the value a node of it has for the sample, worked
+        # out in the middle of the trace (raises where it cannot be); None: calls wait for the trace's end.
+        self.value_now: Callable[[fx.Node], Any] | None = None
 
     def restart(self) -> None:
         self.used = 0
@@ -98,8 +104,12 @@ class NoneDecisions:
         if not results:
             return proxy
         if self.used == len(self.answers):
-            self.pending.append(_Pending(proxy.node, function, results))
-            return proxy
+            call = _Pending(proxy.node, function, results)
+            answer = self._answered_now(tracer, call)
+            if answer is None:
+                self.pending.append(call)
+                return proxy
+            self.answers.append(answer)
         answer = self.answers[self.used]
         self.used += 1
         if answer is UNDECIDED:
@@ -107,6 +117,18 @@ class NoneDecisions:
         tracer.create_proxy("call_function", check_none_results,
                             (proxy, answer.items, describe_node(proxy.node)), {})
         return _decided_value(proxy, function, answer)
+
+    def _answered_now(self, tracer: fx.Tracer, call: _Pending) -> NoneAnswer | None:
+        """The call's answer worked out where the trace meets it; None where it waits for the trace's end.
+        Answers are handed out by position, so once a call waits, so do the calls after it."""
+        if self.value_now is None or self.pending or getattr(tracer, "_cache_keys_added", None) is not None \
+                or getattr(tracer, "wrapped_calls_on_modules", True):
+            return None
+        try:
+            answer = _answer_of(call, self.value_now(call.node))
+        except Exception:  # noqa: BLE001 - e.g. moved code reading tensor values on meta: decided after the trace
+            return None
+        return answer if isinstance(answer, NoneAnswer) else None
 
     def decide_pending(self, graph: fx.Graph, model: nn.Module, sample: Mapping[str, Any],
                        constants: Mapping[str, Any], modules: list[nn.Module] | None = None) -> bool:
@@ -140,6 +162,11 @@ def _answer(graph: fx.Graph, call: _Pending, model: nn.Module, sample: Mapping[s
         value = sample_result(graph, call.node, model, sample, constants, modules)
     except Exception:  # noqa: BLE001 - e.g. moved code reading tensor values on meta: left as it was
         return UNDECIDED
+    return _answer_of(call, value)
+
+
+def _answer_of(call: _Pending, value: Any) -> NoneAnswer | None:
+    """Which of the call's items ``value`` (what the call returns for the sample) has None."""
     if not isinstance(value, tuple) or _returned_length(call.function) != len(value):
         return UNDECIDED  # not the one tuple of names the rewriter's functions return
     items = []

@@ -8,6 +8,7 @@ cache off through the configs. Everything written is put back afterwards.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import operator
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -132,6 +133,67 @@ class StateSnapshot:
             if buffers or module._buffers:
                 module._buffers.clear()
                 module._buffers.update(buffers)
+
+    @contextlib.contextmanager
+    def set_aside(self) -> Iterator[None]:
+        """Inside, the modules and configs hold what they held when the snapshot was taken; on exit
+        they hold again what the code before the block had written, and what the block wrote is gone.
+
+        For model code run for real in the middle of a trace (:mod:`patcher.trace.mid_trace_runs`):
+        it must see the model as a run between two traces does, not the proxies the trace stored so
+        far (Qwen2-VL's ``self.rope_deltas``) nor the configs' ``use_cache=False``. The hook dicts are
+        left alone: such a run silences the hooks itself (:func:`hooks_silenced`)."""
+        written = self._written()
+        self._put(self._saved_state(written))
+        try:
+            yield
+        finally:
+            # what the block wrote, also on modules the trace had left alone, goes; the trace's writes come back
+            self._put(self._saved_state(self._written()))
+            self._put(written)
+
+    def _written(self) -> _State:
+        """The current state of every config, and of the modules whose attributes, children or tensors
+        are not what the snapshot saved (most modules: untouched, and compared by identity only)."""
+        modules = [(module, dict(vars(module)), dict(module._modules)) for module in self.names
+                   if not self._untouched(module)]
+        tensors = [(module, dict(module._parameters), dict(module._buffers))
+                   for module, (parameters, buffers) in self.tensors.items()
+                   if not (_same_objects(parameters, module._parameters) and _same_objects(buffers, module._buffers))]
+        configs = [(config, dict(vars(config))) for config, _ in self.config_attrs.values()]
+        return _State(modules, tensors, configs)
+
+    def _saved_state(self, written: _State) -> _State:
+        """The snapshot's state of what ``written`` holds."""
+        return _State([(module, self._saved[module], self.children[module]) for module, _, _ in written.modules],
+                      [(module, *self.tensors[module]) for module, _, _ in written.tensors],
+                      [(config, self.config_attrs[id(config)][1]) for config, _ in written.configs])
+
+    @staticmethod
+    def _put(state: _State) -> None:
+        for module, attributes, children in state.modules:
+            _replace(vars(module), attributes)  # the slots' dicts are the very ones saved: only filled below
+            _replace(module._modules, children)
+        for module, parameters, buffers in state.tensors:
+            _replace(module._parameters, parameters)
+            _replace(module._buffers, buffers)
+        for config, attributes in state.configs:
+            _replace(vars(config), attributes)
+
+
+@dataclasses.dataclass
+class _State:
+    """Attributes, children and tensors of some modules, and attributes of some configs (copies)."""
+
+    modules: list[tuple[nn.Module, dict[str, Any], dict[str, Any]]]
+    tensors: list[tuple[nn.Module, dict[str, Any], dict[str, Any]]]
+    configs: list[tuple[PretrainedConfig, dict[str, Any]]]
+
+
+def _replace(current: dict, wanted: dict) -> None:
+    if current is not wanted:
+        current.clear()
+        current.update(wanted)
 
 
 def _same_objects(saved: dict, current: dict) -> bool:

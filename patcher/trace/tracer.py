@@ -28,6 +28,7 @@ from .hooks import check_leaf_output_capture, check_no_global_hooks, check_trace
 from .influence import eager_ignores
 from .leaf_outputs import OUTPUT_KEYS, VALUE, Items, holds_none, leaf_output_checked, structured
 from .liveness import check_inputs_reach_output, record_source
+from .mid_trace_runs import TraceTouched, values_worked_out_mid_trace
 from .model_walk import ModelWalk
 from .moved_code import NoneResult, may_return_none, none_results, object_given_for_attributes, returning_function
 from .opaque import mapping_result, opaque_calls, traced_dtype_queries
@@ -436,11 +437,15 @@ def trace_once(tracing: Tracing, facts: EagerFacts) -> TraceResult:
     with gc_paused(), preserved_model_state(model, walk=tracing.walk) as snapshot, \
             opaque_calls(model, tracing.arguments.ignore, tracing.walk.classes), \
             traced_dtype_queries(), tracer.devices.recorded(), swapped_class(model, root.traced_class), \
-            decided_container_indices(tracer, lambda: tracer._cache_keys_added is None):
+            decided_container_indices(tracer, lambda: tracer._cache_keys_added is None), \
+            values_worked_out_mid_trace(tracing, tracer, snapshot):
         try:
             graph = tracer.trace(model)
         except DecisionNeeded as stop:
             needed = stop
+        except TraceTouched:
+            tracing.mid_trace_runs = False  # traced again, deciding between traces (see mid_trace_runs.py)
+            return TraceResult(tracer, facts, decided_none_results=True)
         except Exception as exc:  # every failure gets a source location when one exists
             if tracer.unpacked_without_keys and facts.leaf_output_keys is None:
                 # `**` of a leaf's output: its keys are known once it ran (see passes.unpacked_keys)

@@ -55,6 +55,9 @@ class Tracing:
     none_decisions: NoneDecisions = dataclasses.field(default_factory=NoneDecisions)  # the same
     # the model's modules, walked once for every trace of the call (see patcher.trace.model_walk)
     walk: ModelWalk | None = None
+    # whether model code may run in the middle of a trace (see patcher.trace.mid_trace_runs): off once
+    # such a run reached the trace
+    mid_trace_runs: bool = True
 
     def __post_init__(self):
         if self.walk is None:

@@ -393,3 +393,23 @@ def save_settings(modules: Iterable[nn.Module]) -> None:
     journal = _JOURNAL.get()
     if journal is not None:
         journal.save(modules)
+
+
+class _UnkeptJournal(SettingsJournal):
+    """The journal of a run whose caller puts back whatever the run writes: it saves nothing."""
+
+    def save(self, modules: Iterable[nn.Module]) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def settings_put_back_by_caller() -> Iterator[None]:
+    """Runs inside keep no journal of the settings moved code may change: the caller puts back everything
+    the block writes, also where it raises (a run in the middle of a trace:
+    :meth:`patcher.trace.state.StateSnapshot.set_aside`). The journal would copy every module handed to
+    moved code first (700 on Qwen2-VL) for nothing."""
+    token = _JOURNAL.set(_UnkeptJournal())
+    try:
+        yield
+    finally:
+        _JOURNAL.reset(token)
