@@ -36,8 +36,8 @@ class TraceResult:
     # (see passes.leaf_structures)
     iterated: Exception | None = None
     undecided: DecisionNeeded | None = None  # a condition not decided yet (see patcher.trace.decisions)
-    # moved code's results that may be None, decided from the sample after this trace: trace again
-    # (see patcher.trace.none_decisions)
+    # moved code's results that may be None, decided from the sample after this trace (or a run in the
+    # middle of it reached the trace): trace again (see patcher.trace.none_decisions, mid_trace_runs)
     decided_none_results: bool = False
 
 
