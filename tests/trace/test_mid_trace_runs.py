@@ -13,19 +13,11 @@ from transformers import LlamaConfig
 
 from patcher import BranchDecisionError, run_subgraphs, trace_subgraphs
 from patcher.models.attempt import prepare_trace
-from patcher.trace import mid_trace_runs, trace_graph
+from patcher.trace import mid_trace_runs
 from patcher.trace import tracer as tracer_module
 from patcher.trace.mid_trace_runs import TraceTouched, run_mid_trace
 from patcher.trace.state import StateSnapshot
-
-
-class Layer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 4)
-
-    def forward(self, hidden):
-        return torch.relu(self.linear(hidden))
+from tiny_layers import Layer
 
 
 def _wrapped_text_positions(position_ids):
