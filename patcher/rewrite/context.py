@@ -55,6 +55,7 @@ class ModuleState:
     targets: TargetIndex
     locations: dict[int, Location]  # line -> what a tracer failure asks for there
     existing_wrapped: set[str]
+    module_names: set[str]  # bound at module level: definitions, imports, assignments
     wrapped_defs: dict
     has_torch: bool
     has_note_helper: bool
@@ -195,6 +196,11 @@ class StatementContext:
 
     def is_local(self, name: str) -> bool:
         return name in self.fctx.local_names
+
+    def is_builtin(self, name: str) -> bool:
+        """Does ``name`` here mean Python's builtin: bound by neither the function, those
+        enclosing it, nor the module?"""
+        return name not in self.fctx.local_names and name not in self.state.module_names
 
     def is_shape(self, expr: cst.CSTNode) -> bool:
         return is_shape_expr(expr, self.fctx.shape_names)
