@@ -49,13 +49,14 @@ def load_entry(entry: str):
     """The generated modeling module of ``entry`` for the installed transformers."""
     if entry in _LOADED:
         return _LOADED[entry]
-    from patcher.models.traceable import adopt_library_loading
+    from patcher.models.traceable import adopt_library_loading, build_own_sub_models
 
     manifest = committed_manifest(entry)
     if manifest["transformers_version"] == installed_transformers_version():
         module = adopt_library_loading(importlib.import_module(f"zoo.{entry}.{source_stem(entry)}"))
     else:
         module = _regenerate(entry, manifest)
+    build_own_sub_models(module, manifest["source_module"])
     _LOADED[entry] = module
     return module
 

@@ -120,10 +120,11 @@ class _TraceableAutoClass:
     Composite models build sub-models with ``AutoModel.from_config(config.text_config)``, which
     would return the *original* transformers class and bypass every rewrite made to it. Here the
     class the Auto class would choose is swapped for its traceable variant: from the same
-    generated module when it is defined there, else generated from its own modeling file.
+    generated module when it is defined there, else generated from its own modeling file
+    (``options``: the ``load_traceable`` options), or, with ``options`` None, left the library's.
     """
 
-    def __init__(self, auto: type, generated: ModuleType, source_module: str, options: dict):
+    def __init__(self, auto: type, generated: ModuleType, source_module: str, options: dict | None):
         self._auto = auto
         self._generated = generated
         self._source_module = source_module
@@ -133,6 +134,8 @@ class _TraceableAutoClass:
         original = self._auto._model_mapping[type(config)]
         if original.__module__ == self._source_module:
             traceable = getattr(self._generated, original.__name__)
+        elif self._options is None:
+            return self._auto.from_config(config, **kwargs)
         else:
             traceable = load_traceable(original, **self._options)
         return traceable._from_config(config, **kwargs)
@@ -149,9 +152,19 @@ def _auto_class_names(namespace: Mapping[str, Any]) -> list[str]:
             if isinstance(value, type) and issubclass(value, _BaseAutoModelClass)]
 
 
-def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict) -> None:
+def _redirect_auto_classes(module: ModuleType, source_module: str, options: dict | None) -> None:
     for name in _auto_class_names(vars(module)):
         setattr(module, name, _TraceableAutoClass(getattr(module, name), module, source_module, options))
+
+
+def build_own_sub_models(module: ModuleType, source_module: str) -> ModuleType:
+    """Make the Auto classes of the generated ``module`` build its own classes for sub-models whose
+    class ``source_module`` defines (Gemma 3's ``AutoModel.from_config(config.text_config)``: the
+    rewritten ``Gemma3TextModel``, not transformers'); sub-models of other modeling files stay the
+    library's. A zoo entry is one generated file, so this is its share of what ``load_traceable``
+    redirects."""
+    _redirect_auto_classes(module, source_module, None)
+    return module
 
 
 def _source_of(cls: type) -> tuple[str, str, str]:

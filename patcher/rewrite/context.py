@@ -55,6 +55,7 @@ class ModuleState:
     targets: TargetIndex
     locations: dict[int, Location]  # line -> what a tracer failure asks for there
     existing_wrapped: set[str]
+    module_names: set[str]  # bound at module level: definitions, imports, assignments
     wrapped_defs: dict
     has_torch: bool
     has_note_helper: bool
@@ -196,6 +197,11 @@ class StatementContext:
     def is_local(self, name: str) -> bool:
         return name in self.fctx.local_names
 
+    def is_builtin(self, name: str) -> bool:
+        """Does ``name`` here mean Python's builtin: bound by neither the function, those
+        enclosing it, nor the module?"""
+        return name not in self.fctx.local_names and name not in self.state.module_names
+
     def is_shape(self, expr: cst.CSTNode) -> bool:
         return is_shape_expr(expr, self.fctx.shape_names)
 
@@ -211,9 +217,18 @@ class StatementContext:
     def forwarder(self, name: str, *, method: bool) -> Forwarder | None:
         return self.engine.forwarder(name, method=method, line=self.state.lines(self.stmt)[0])
 
+    def _span_lines(self, span: cst.CSTNode) -> tuple[int, int]:
+        """The lines of ``span``. Expression rules run one after another on a statement, so a rule
+        after the first may be handed the statement an earlier one rebuilt: a new node, with no
+        position in the source; it stands for the statement the engine is rewriting (``self.stmt``)."""
+        try:
+            return self.state.lines(span)
+        except KeyError:
+            return self.state.lines(self.stmt)
+
     def replace(self, stmts: Sequence[cst.BaseStatement], *, code: str, reason: str,
                 span: cst.CSTNode) -> list[cst.BaseStatement]:
-        lines = self.state.lines(span)
+        lines = self._span_lines(span)
         comment = cst.EmptyLine(comment=cst.Comment(f"# TRACING({code}): {reason}"))
         first = stmts[0].with_changes(leading_lines=list(stmts[0].leading_lines) + [comment])
         self.state.rewrites.append(Rewrite(code, lines, None, reason, self.fctx.qualname))
@@ -229,7 +244,7 @@ class StatementContext:
         """``condition`` as the argument of a new module-level ``@torch.fx.wrap`` function
         ``_decided_<desc>`` returning ``bool(condition)``: the tracer answers it from the sample and
         puts a check into the graph that it still holds at every run (patcher.trace.decisions)."""
-        line = self.state.lines(span)[0]
+        line = self._span_lines(span)[0]
         name = self.state.namer.unique(f"{DECIDED_PREFIX}_{desc}".replace("__", "_"), method=self.method, line=line)
         origin = f"{self.state.origin(line)} ({self.fctx.qualname})"
         source = (f"@torch.fx.wrap\n"
@@ -242,7 +257,7 @@ class StatementContext:
 
     def hoist(self, stmts: Sequence[cst.BaseStatement], *, code: str, desc: str, reason: str,
               span: cst.CSTNode, prefix: str = WRAPPED_PREFIX) -> list[cst.BaseStatement] | None:
-        lines = self.state.lines(span)
+        lines = self._span_lines(span)
         why_not = hoist_mod.unhoistable(list(stmts)) or self.state.targets.hidden_targets(
             list(stmts), self.fctx.cls, self.fctx.module_locals)
         if why_not:

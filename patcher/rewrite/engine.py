@@ -348,7 +348,7 @@ def run_rules(module: cst.Module, *, filename: str, targets: Sequence[str], igno
     state = ModuleState(
         filename=os.path.basename(filename), wrapper=wrapper, namer=Namer(top_names), ignore=ignore_set,
         redirect_methods=redirect, targets=index, locations=line_locs, existing_wrapped=existing_wrapped,
-        wrapped_defs=wrapped_defs,
+        module_names=top_names, wrapped_defs=wrapped_defs,
         has_torch="torch" in top_names, has_note_helper=hoist_mod.NOTE_HELPER in top_names, only=only,
         line_map=line_map or {},
         param_seeds=call_site_taint(module, wrapped_defs), whole_functions=whole_functions,

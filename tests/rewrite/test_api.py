@@ -109,6 +109,29 @@ def test_locations_force_a_rewrite_and_report_misses():
     assert "return _wrapped_f(x)" in r.code
 
 
+def test_two_expression_rules_rewrite_one_statement_and_both_are_recorded_at_its_line():
+    # TZ104 rewrites the starred size, then TZ106 redirects the ignored call of the statement TZ104 rebuilt
+    src = textwrap.dedent(
+        """\
+        import torch
+
+
+        def create_causal_mask(x, n):
+            return x
+
+
+        class Model(torch.nn.Module):
+            def forward(self, x: torch.Tensor):
+                shape = x.shape[:-1]
+                mask = create_causal_mask(x.view(*shape, -1), 2)
+                return mask
+        """
+    )
+    result = patch_source(src)
+    assert [(r.code, r.lines) for r in result.rewrites] == [("TZ104", (11, 11)), ("TZ106", (11, 11))]
+    assert "mask = _wrapped_create_causal_mask(x.view(shape + (-1,)), 2)" in result.code
+
+
 def test_target_blocker_names_file_and_line():
     src = textwrap.dedent(
         """\

@@ -124,6 +124,19 @@ def test_drop_in_checkpoints_load_both_ways(entry, tmp_path):
             torch.testing.assert_close(state[key], value, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_sub_models_of_the_entrys_own_modeling_file_are_its_generated_classes(entry):
+    # Gemma 3 builds its text model with AutoModel.from_config, which looks the class up in
+    # transformers' registry: the entry's rewrites of Gemma3TextModel would never run.
+    from zoo._loader import committed_manifest
+
+    manifest = committed_manifest(entry)
+    _, traceable = models(entry)
+    from_the_library = {type(module).__name__ for module in traceable.modules()
+                        if type(module).__module__ == manifest["source_module"]}
+    assert from_the_library <= set(manifest["original_classes"])
+
+
 def real_trace_rows():
     """``(entry, config name, targets, text count, multimodal count)`` from the recipes' real
     configs: the counts ``patcher trace`` gives with the recipe's targets. A recipe with

@@ -4,7 +4,7 @@
 # source file: transformers/models/gemma3/modeling_gemma3.py
 # transformers version: 5.23.0
 # patcher version: 0.1.0
-# rules applied: TZ102, TZ103, TZ104, TZ106
+# rules applied: TZ102, TZ103, TZ104, TZ106, TZ108
 # recipe: zoo/gemma3/recipe.py
 # regenerate with: bash scripts/check_zoo --fix gemma3
 
@@ -445,7 +445,8 @@ class Gemma3TextModel(Gemma3PreTrainedModel):
         # embed positions
         hidden_states = inputs_embeds
         position_embeddings = {}
-        for layer_type in set(self.config.layer_types):
+        # TRACING(TZ108): set iteration: hash order differs per process -> dict.fromkeys, first-occurrence order
+        for layer_type in dict.fromkeys(self.config.layer_types):
             position_embeddings[layer_type] = self.rotary_emb(hidden_states, position_ids, layer_type)
 
         for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):

@@ -89,6 +89,8 @@ class RuleContext(Protocol):
 
     def is_local(self, name: str) -> bool: ...
 
+    def is_builtin(self, name: str) -> bool: ...  # bound neither in the function nor at module level
+
     def is_shape(self, expr: cst.CSTNode) -> bool: ...  # a shape or tuple of sizes
 
     def forwarder(self, name: str, *, method: bool) -> "Forwarder | None": ...  # a forwarded call's wrapper
