@@ -56,6 +56,8 @@ class Attempt:
     #: (``patcher.verify.kernels``), which makes it equal on other CPUs too; None: not checked
     same_kernels: bool | None = None
     kernel_difference: str | None = None  # the first call that differs, both sides
+    # the same calls on the same layouts as eager, in another order (patcher.verify.kernels: TZ108)
+    kernels_in_another_order: bool = False
 
 
 def _modality_attempts(cls):
@@ -603,6 +605,7 @@ def _check_kernels(attempt: Attempt, model, original, subgraphs, sample) -> None
         verify_kernel_layouts(model, subgraphs, sample, eager_model=original)
         attempt.same_kernels = True
     except KernelLayoutMismatch as exc:
-        attempt.same_kernels, attempt.kernel_difference = False, _short(str(exc).split("\nthe outputs")[0], 1000)
+        attempt.same_kernels = attempt.kernels_in_another_order = exc.reordered
+        attempt.kernel_difference = _short(str(exc).split("\nthe outputs")[0].split("\nindependent work")[0], 1000)
     except Exception as exc:  # noqa: BLE001 - a run that fails under the recorder says nothing about layouts
         attempt.kernel_difference = _short(f"not checked: {type(exc).__name__}: {exc}")

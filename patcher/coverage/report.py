@@ -127,10 +127,15 @@ def kernels_line(rows: list[CoverageRow]) -> str:
     if not checked:
         return ""
     same = sum(attempt.same_kernels for _, _, attempt in checked)
+    reordered = [f"{name} ({label})" for name, label, attempt in checked
+                 if attempt.same_kernels and getattr(attempt, "kernels_in_another_order", False)]
     others = [f"{name} ({label}): {attempt.kernel_difference or 'not checked'}"
               for name, label, attempt in equal if not attempt.same_kernels]
     return (f"Same kernels as eager: {same} of {len(equal)} equal attempts make eager's computing kernel calls on "
             "eager's memory layouts (patcher.verify.kernels), so they are equal on other CPUs too"
+            + (f" ({len(reordered)} of them in another order, independent work that rounds nothing differently: "
+               "rule TZ108 iterates a set in first-occurrence order, eager in this process's hash order: "
+               + ", ".join(reordered) + ")" if reordered else "")
             + ("; not: " + "; ".join(others) if others else "") + ".")
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from torch import nn
 
 from patcher import load_traceable, trace_subgraphs
 from patcher.samples import text_sample
 from patcher.verify import run_eagerly
 from patcher.verify.kernels import KernelLayoutMismatch, record_kernel_calls, verify_kernel_layouts
+from tiny_layers import Layer
 from tiny_models import TEXT_MODELS, decoder_layer, tiny_model
 
 
@@ -91,3 +93,51 @@ def test_run_eagerly_is_the_cache_off_run_the_graph_was_traced_for():
     assert model.config.use_cache is True
     assert run_eagerly(model, sample).past_key_values is None
     assert run_eagerly(model, {**sample, "use_cache": True}).past_key_values is not None  # a given flag wins
+
+
+class _TwoHeads(nn.Module):
+    """Two independent heads after one layer, computed in ``order``: as rule TZ108 leaves a loop over
+    a set's items in first-occurrence order where eager, in some processes, iterates them the other way."""
+
+    order = ("narrow", "wide")
+
+    def __init__(self):
+        super().__init__()
+        self.layer = Layer()
+        self.narrow = nn.Linear(4, 3)
+        self.wide = nn.Linear(4, 5)
+
+    def forward(self, hidden):
+        hidden = self.layer(hidden)
+        heads = {name: getattr(self, name)(hidden) for name in self.order}
+        return {"narrow": heads["narrow"], "wide": heads["wide"]}
+
+
+class _TwoHeadsTheOtherWay(_TwoHeads):
+    order = ("wide", "narrow")
+
+
+class _TransposedWide(_TwoHeads):
+    def forward(self, hidden):
+        hidden = self.layer(hidden)
+        wide = hidden @ self.wide.weight.t().contiguous() + self.wide.bias  # another layout for the same numbers
+        return {"narrow": self.narrow(hidden), "wide": wide}
+
+
+def test_the_same_calls_in_another_order_are_told_apart_from_another_layout():
+    torch.manual_seed(0)
+    model = _TwoHeads().eval()
+    subgraphs = trace_subgraphs(model, {"hidden": torch.randn(2, 4)}, ["Layer"])
+    batch = {"hidden": torch.randn(3, 4)}
+    other_way = _TwoHeadsTheOtherWay().eval()
+    other_way.load_state_dict(model.state_dict())
+    with pytest.raises(KernelLayoutMismatch) as caught:
+        verify_kernel_layouts(model, subgraphs, batch, eager_model=other_way)
+    assert caught.value.reordered and "in another order" in str(caught.value)
+    assert verify_kernel_layouts(model, subgraphs, batch, eager_model=other_way, any_order=True) == 4  # 3 addmm, relu
+    transposed = _TransposedWide().eval()
+    transposed.load_state_dict(model.state_dict())
+    for any_order in (False, True):
+        with pytest.raises(KernelLayoutMismatch) as caught:
+            verify_kernel_layouts(model, subgraphs, batch, eager_model=transposed, any_order=any_order)
+        assert not caught.value.reordered and "differs" in str(caught.value)
