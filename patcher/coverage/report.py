@@ -127,8 +127,7 @@ def kernels_line(rows: list[CoverageRow]) -> str:
     if not checked:
         return ""
     same = sum(attempt.same_kernels for _, _, attempt in checked)
-    reordered = [f"{name} ({label})" for name, label, attempt in checked
-                 if attempt.same_kernels and getattr(attempt, "kernels_in_another_order", False)]
+    reordered = [f"{name} ({label})" for name, label, attempt in checked if attempt.kernels_in_another_order]
     others = [f"{name} ({label}): {attempt.kernel_difference or 'not checked'}"
               for name, label, attempt in equal if not attempt.same_kernels]
     return (f"Same kernels as eager: {same} of {len(equal)} equal attempts make eager's computing kernel calls on "

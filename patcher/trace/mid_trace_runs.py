@@ -14,9 +14,10 @@ Inside :func:`run_mid_trace`, the run sees what it would see between traces:
   (:meth:`~patcher.trace.state.StateSnapshot.set_aside`): what the trace wrote so far (proxies such as
   Qwen2-VL's ``self.rope_deltas``, the configs' ``use_cache=False``) is set aside and put back after,
   and what the run writes is dropped (so the run keeps no journal of the settings it may change:
-  :func:`~patcher.trace.wrapped_state.settings_put_back_by_caller`). The tracer asks only where no moved code traced so far may write
-  a module's settings (:func:`~patcher.trace.wrapped_state.may_change_settings`), the case in which
-  a run between traces would hand its writes on to the next trace.
+  :func:`~patcher.trace.wrapped_state.settings_put_back_by_caller`). Values are worked out so only
+  where no moved code traced so far may write a module's settings
+  (:func:`~patcher.trace.wrapped_state.may_change_settings`: a run between traces would hand its
+  writes on to the next trace) and outside attempts to trace moved code through (:class:`NotRunNow`).
 
 A run that reaches a value of the trace in progress (the graph grew while it ran: a proxy kept in a
 container the snapshot cannot tell from the one it saved) has changed that trace, which is therefore
@@ -62,6 +63,10 @@ _TRACING_FLAG = _tracing_flag_access()
 AVAILABLE = _REVERT_PATCHES is not None and _TRACING_FLAG is not None
 
 
+class NotRunNow(Exception):
+    """The value waits for the trace's end, where it is worked out between two traces."""
+
+
 class TraceTouched(BaseException):
     """A run in the middle of a trace reached a value of that trace: the trace is given up and traced
     again without such runs. A BaseException, so that model code catching ``Exception`` around the
@@ -83,7 +88,7 @@ def run_mid_trace(tracer: fx.Tracer, snapshot: StateSnapshot, run: Callable[[], 
 
 @contextlib.contextmanager
 def values_worked_out_mid_trace(tracing: Tracing, tracer: fx.Tracer, snapshot: StateSnapshot) -> Iterator[None]:
-    """While ``tracer`` traces, moved code's None results are decided where the trace meets them, by a
+    """While ``tracer`` (the ``SequentialTracer``) traces, moved code's None results are decided where the trace meets them, by a
     run of the graph so far on the sample (:func:`run_mid_trace`), where this torch allows it."""
     if not (AVAILABLE and tracing.mid_trace_runs):
         yield
@@ -91,6 +96,11 @@ def values_worked_out_mid_trace(tracing: Tracing, tracer: fx.Tracer, snapshot: S
     sample = tracing.root.graph_values(tracing.sample)
 
     def value_now(node: fx.Node) -> Any:
+        if tracer._cache_keys_added is not None:
+            raise NotRunNow("inside an attempt to trace moved code through, which may be taken back")
+        if tracer.wrapped_calls_on_modules:
+            raise NotRunNow("moved code traced so far may write a module's settings: a run between traces "
+                            "hands its writes on to the next trace")
         return run_mid_trace(tracer, snapshot, lambda: sample_result(
             tracer.graph, node, tracing.model, sample, tracer.constants, tracing.walk.modules))
 

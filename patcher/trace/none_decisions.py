@@ -85,7 +85,7 @@ class NoneDecisions:
         self.used = 0
         self.pending: list[_Pending] = []
         # Set by the tracer for the trace in progress: the value a node of it has for the sample, worked
-        # out in the middle of the trace (raises where it cannot be); None: calls wait for the trace's end.
+        # out in the middle of the trace (raises where it is not, or fails); None: calls wait for the trace's end.
         self.value_now: Callable[[fx.Node], Any] | None = None
 
     def restart(self) -> None:
@@ -105,7 +105,7 @@ class NoneDecisions:
             return proxy
         if self.used == len(self.answers):
             call = _Pending(proxy.node, function, results)
-            answer = self._answered_now(tracer, call)
+            answer = self._answered_now(call)
             if answer is None:
                 self.pending.append(call)
                 return proxy
@@ -118,15 +118,14 @@ class NoneDecisions:
                             (proxy, answer.items, describe_node(proxy.node)), {})
         return _decided_value(proxy, function, answer)
 
-    def _answered_now(self, tracer: fx.Tracer, call: _Pending) -> NoneAnswer | None:
+    def _answered_now(self, call: _Pending) -> NoneAnswer | None:
         """The call's answer worked out where the trace meets it; None where it waits for the trace's end.
         Answers are handed out by position, so once a call waits, so do the calls after it."""
-        if self.value_now is None or self.pending or getattr(tracer, "_cache_keys_added", None) is not None \
-                or getattr(tracer, "wrapped_calls_on_modules", True):
+        if self.value_now is None or self.pending:
             return None
         try:
             answer = _answer_of(call, self.value_now(call.node))
-        except Exception:  # noqa: BLE001 - e.g. moved code reading tensor values on meta: decided after the trace
+        except Exception:  # noqa: BLE001 - not run now, or it failed (moved code reading values on meta): after the trace
             return None
         return answer if isinstance(answer, NoneAnswer) else None
 
