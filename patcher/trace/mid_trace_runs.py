@@ -88,8 +88,9 @@ def run_mid_trace(tracer: fx.Tracer, snapshot: StateSnapshot, run: Callable[[], 
 
 @contextlib.contextmanager
 def values_worked_out_mid_trace(tracing: Tracing, tracer: fx.Tracer, snapshot: StateSnapshot) -> Iterator[None]:
-    """While ``tracer`` (the ``SequentialTracer``) traces, moved code's None results are decided where the trace meets them, by a
-    run of the graph so far on the sample (:func:`run_mid_trace`), where this torch allows it."""
+    """While ``tracer`` (the ``SequentialTracer``) traces, moved code's None results are decided where
+    the trace meets them, by a run of the graph so far on the sample (:func:`run_mid_trace`), where
+    this torch allows it."""
     if not (AVAILABLE and tracing.mid_trace_runs):
         yield
         return
