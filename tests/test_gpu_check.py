@@ -1,6 +1,7 @@
 """scripts/gpu_check works before a GPU is lent: its runner records every part whatever the part
 does (fails, crashes, hangs, never gets time), its install step puts carried wheels on the path,
-and a real-size part's comparison of planned and measured memory holds on the CPU.
+a dry run without llm-compressor skips its parts and names the set-up step, and a real-size
+part's comparison of planned and measured memory holds on the CPU.
 
 The GPU run itself (`bash scripts/gpu_check` on the lent machine) is not a test: GUIDE.md,
 "Checking on a GPU".
@@ -148,6 +149,23 @@ def test_carried_wheels_are_installed_into_one_folder_per_group(gpu_check, tmp_p
 def test_install_is_skipped_for_another_python(gpu_check, monkeypatch):
     monkeypatch.setattr(gpu_check, "PYTHON_VERSION", "2.7")
     assert "built for Python 2.7" in gpu_check.install(sys.executable)["skipped"]
+
+
+def test_a_dry_run_without_llmcompressor_skips_its_parts_and_says_how_to_get_it(gpu_check, tmp_path, monkeypatch):
+    args = gpu_check.argparse.Namespace(python=sys.executable, llmc_python=sys.executable, dry_run=True, parts="")
+    parts = gpu_check.plan_parts(args, {}, tmp_path)
+    names = [part.name for part in parts]
+    assert set(gpu_check.LLMC_PARTS) <= set(names)
+
+    monkeypatch.setattr(gpu_check, "LLMC_MODULE", "json")  # importable everywhere: the parts stay
+    kept, skipped = gpu_check.skip_llmc_parts_without_llmcompressor(parts, sys.executable)
+    assert [part.name for part in kept] == names and skipped == []
+
+    monkeypatch.setattr(gpu_check, "LLMC_MODULE", "tracezoo_no_such_module")
+    kept, skipped = gpu_check.skip_llmc_parts_without_llmcompressor(parts, sys.executable)
+    assert [part.name for part in kept] == [name for name in names if name not in gpu_check.LLMC_PARTS]
+    assert [(result.name, result.status) for result in skipped] == [(name, "skipped") for name in gpu_check.LLMC_PARTS]
+    assert all("setup_llmcompressor.sh" in result.summary and "--llmc-python" in result.summary for result in skipped)
 
 
 def test_a_real_size_part_compares_planned_and_measured_memory_on_the_cpu(tmp_path):
