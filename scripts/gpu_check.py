@@ -608,7 +608,7 @@ def default_out() -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prepare", action="store_true", help="download the wheels into .whl/ (needs PyPI) and stop")
-    parser.add_argument("--dry-run", action="store_true", help="every part on the CPU, at a size that takes seconds")
+    parser.add_argument("--dry-run", action="store_true", help="every part on the CPU, at a size that takes seconds (the llm-compressor parts are skipped, with the set-up step, where --llmc-python cannot import llmcompressor)")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: $OUT, else gpu-check-out/)")
     parser.add_argument("--budget", type=float, default=BUDGET, help=f"seconds for the whole run (default {BUDGET})")
     parser.add_argument("--parts", default="", help="comma-separated part names (default: all)")
