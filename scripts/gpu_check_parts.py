@@ -164,7 +164,7 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
     from patcher.coverage.discover import find_layers, trace_targets
     from patcher.samples.modalities import MODALITIES, prepare_config
     from patcher.coverage.shrink import shrink_config
-    from patcher.models import build_model, resolve_model_class
+    from patcher.models import build_model, cast_floating_point, resolve_model_class
     from patcher.partition import run_subgraphs, trace_subgraphs
     from patcher.trace import DEFAULT_IGNORE, DroppedInputError
     from patcher.trace.influence import eager_ignores, main_output
@@ -196,8 +196,8 @@ def half_precision_row(name: str, attempt: str, device: str, dtypes: list[str], 
         row = {"architecture": name, "input": modality.noun if modality is not None else "text", "dtype": dtype_name,
                "device": device}
         try:
-            eager_model = copy.deepcopy(original).to(device=device, dtype=dtype)
-            chain_model = copy.deepcopy(traceable).to(device=device, dtype=dtype)
+            eager_model = cast_floating_point(copy.deepcopy(original).to(device), dtype)
+            chain_model = cast_floating_point(copy.deepcopy(traceable).to(device), dtype)
             runs = [_cast(sample, device, dtype) for sample in samples]
             expected = [run_eagerly(eager_model, sample) for sample in runs]
             try:

@@ -461,7 +461,8 @@ def build_model(model_class: type, config: PretrainedConfig, device: str | torch
 
 def random_model(model_class: type, config: PretrainedConfig, seed: int = 0, dtype=None):
     """A random ``model_class`` on the CPU in eval mode, the same for the same seed: seeded, built,
-    every all-zero parameter woken (:func:`wake_zero_parameters`), in ``dtype`` (default float32).
+    every all-zero parameter woken (:func:`wake_zero_parameters`), its floating-point tensors in
+    ``dtype`` (default float32; :func:`cast_floating_point`).
     Any class with the same module structure (an original and its traceable class) gets the same
     weights. The tiny models of the coverage sweep, the zoo and the tests are made this way."""
     import torch
@@ -471,7 +472,20 @@ def random_model(model_class: type, config: PretrainedConfig, seed: int = 0, dty
         model = build_model(model_class, config, device="cpu")
     draw_uninitialized_parameters(model, seed)
     wake_zero_parameters(model, seed)
-    return model.to(dtype or torch.float32).eval()
+    return cast_floating_point(model, dtype or torch.float32).eval()
+
+
+def cast_floating_point(model, dtype):
+    """``model`` with its floating-point parameters and buffers in ``dtype``, and nothing else
+    touched, as ``Module.float()``, ``half()`` and ``bfloat16()`` cast. ``model.to(torch.float32)``
+    would also cast a complex buffer to float32, dropping its imaginary part without an error (Llama
+    4's vision rotary table ``freqs_ci`` lost its sines that way)."""
+    import torch
+
+    casts = {torch.float32: "float", torch.float64: "double", torch.float16: "half", torch.bfloat16: "bfloat16"}
+    if dtype not in casts:
+        raise ValueError(f"cast_floating_point takes one of {', '.join(map(str, casts))}, not {dtype}")
+    return getattr(model, casts[dtype])()
 
 
 @contextlib.contextmanager
@@ -529,4 +543,4 @@ def wake_zero_parameters(model, seed: int) -> None:
                 parameter.copy_(value.to(parameter.dtype))
 
 
-__all__ = ["UserInputError", "build_model", "random_model", "draw_uninitialized_parameters", "wake_zero_parameters", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]
+__all__ = ["UserInputError", "build_model", "random_model", "cast_floating_point", "draw_uninitialized_parameters", "wake_zero_parameters", "check_config_for_class", "check_model_id", "config_problems", "bundled_config_names", "load_config", "model_id_help", "resolve_model_class"]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import zoo
 from patcher import DEFAULT_IGNORE, UntraceableCodeError, run_subgraphs, trace_graph, trace_subgraphs
-from patcher.models import build_model, load_config
+from patcher.models import build_model, cast_floating_point, load_config
 from patcher.models.traceable import GENERATED_PREFIX
 from patcher.verify import EXACT, assert_equivalent, run_eagerly, tolerance
 from zoo._entries import ENTRIES, recipe
@@ -249,7 +249,7 @@ def test_equal_on_gpu(entry, multimodal, dtype):
     targets = targets_for(entry, multimodal)
     # Traced on the meta device, run on the GPU: nothing device-specific may be baked in. The dtype
     # must match: model code reading `self.dtype` (a Python value) bakes it into the graph.
-    meta_model = build_model(type(traceable), traceable.config, device="meta").to(dtype)
+    meta_model = cast_floating_point(build_model(type(traceable), traceable.config, device="meta"), dtype)
     meta_sample = spec.build_sample(traceable.config, batch_size=2, seq_len=5, multimodal=multimodal, device="meta")
     subgraphs = trace_subgraphs(meta_model, meta_sample, targets, ignore=ignore_for(entry))
     for inputs in (dict(batch_size=2, seq_len=5, left_padding=1), dict(batch_size=1, seq_len=8, num_images=2)):
